@@ -1,0 +1,75 @@
+"""The object fairseq-generate, fairseq-interactive and ``--eval-bleu`` call: it turns a batch
+into fairseq's hypothesis dicts, times it and records statistics, while a decoder does the work."""
+import time
+import weakref
+from dataclasses import dataclass
+from typing import List
+
+import torch
+from torch import Tensor
+
+from pardec_fairseq.decoding.options import DecodingOptions
+from pardec_fairseq.decoding.stats import DecodingStats, SentenceStats
+from pardec_fairseq.decoding.verifier import Verifier
+
+
+@dataclass
+class DecodedSentence:
+    """One finished output: tokens end with EOS; scores are fairseq's cumulative scores."""
+
+    tokens: Tensor
+    cumulative_scores: Tensor
+    iterations: int
+    seconds: float
+
+
+class ParallelDecodingGenerator:
+    """Wraps a decoder (``decode(verifier, sample) -> List[DecodedSentence]``) for fairseq."""
+
+    def __init__(self, algorithm, decoder, models, tgt_dict, options: DecodingOptions, stats_path=None):
+        self.algorithm = algorithm
+        self.decoder = decoder
+        self.options = options
+        self.verifier = Verifier(models, tgt_dict, options)
+        self.stats = DecodingStats(algorithm)
+        if stats_path:
+            # fairseq-generate has no end-of-run hook; write when the generator goes away or at exit
+            weakref.finalize(self, self.stats.write, stats_path)
+
+    @torch.no_grad()
+    def generate(self, models, sample, prefix_tokens=None, constraints=None, bos_token=None, **kwargs):
+        if prefix_tokens is not None or constraints is not None:
+            raise ValueError(
+                f"--gen-algo {self.algorithm} does not support forced prefixes or constraints; "
+                "use --gen-algo fairseq for them"
+            )
+        self.verifier.ensemble.eval()
+        start = time.perf_counter()
+        sentences = self.decoder.decode(self.verifier, sample, bos_token)
+        seconds = time.perf_counter() - start
+        self._record(sample, sentences, seconds)
+        return [[self._hypothesis(s)] for s in sentences]
+
+    def _hypothesis(self, sentence: DecodedSentence):
+        cumulative = sentence.cumulative_scores
+        positional = cumulative.clone()
+        positional[1:] = cumulative[1:] - cumulative[:-1]
+        return {
+            "tokens": sentence.tokens,
+            "score": self.options.final_score(cumulative[-1], len(sentence.tokens)),
+            "attention": torch.empty(0),
+            "alignment": torch.empty(0),
+            "positional_scores": positional,
+        }
+
+    def _record(self, sample, sentences: List[DecodedSentence], seconds):
+        net_input = sample["net_input"]
+        src_lengths = net_input["src_lengths"].tolist()
+        ids = sample["id"].tolist() if "id" in sample else range(len(sentences))
+        self.stats.add_batch(
+            [
+                SentenceStats(int(i), int(n), len(s.tokens), s.iterations, s.seconds)
+                for i, n, s in zip(ids, src_lengths, sentences)
+            ],
+            seconds,
+        )

@@ -1,0 +1,2 @@
+"""Tasks of the plugin; importing a module registers its task with fairseq."""
+from pardec_fairseq.tasks import translation_pardec  # noqa: F401

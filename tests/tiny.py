@@ -1,0 +1,43 @@
+"""Tiny random fairseq models, dictionaries and batches for the tests (no training needed)."""
+import argparse
+from types import SimpleNamespace
+
+import torch
+from fairseq.data import Dictionary, LanguagePairDataset
+from fairseq.models.transformer import TransformerModel, base_architecture
+
+
+def make_dictionary(n_symbols):
+    dictionary = Dictionary()
+    for i in range(n_symbols):
+        dictionary.add_symbol(f"w{i}")
+    return dictionary
+
+
+def build_transformer(dictionary, seed=0, layers=1, embed_dim=16, heads=2, ffn_dim=32,
+                      max_positions=64, eos_bias=0.0):
+    """A stock fairseq ``transformer`` with random weights; ``eos_bias`` shifts how soon it stops."""
+    args = argparse.Namespace(
+        encoder_layers=layers, decoder_layers=layers,
+        encoder_embed_dim=embed_dim, decoder_embed_dim=embed_dim,
+        encoder_attention_heads=heads, decoder_attention_heads=heads,
+        encoder_ffn_embed_dim=ffn_dim, decoder_ffn_embed_dim=ffn_dim,
+        max_source_positions=max_positions, max_target_positions=max_positions,
+        dropout=0.0, share_all_embeddings=True,
+    )
+    base_architecture(args)
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    torch.manual_seed(seed)
+    model = TransformerModel.build_model(args, task)
+    with torch.no_grad():
+        model.decoder.output_projection.weight[dictionary.eos()] += eos_bias
+    return model.eval()
+
+
+def make_batch(dictionary, sentences, left_pad_source=True):
+    """Collate lists of word indices (without EOS) into a fairseq translation batch."""
+    eos = dictionary.eos()
+    tensors = [torch.tensor(list(s) + [eos]) for s in sentences]
+    dataset = LanguagePairDataset(tensors, [len(t) for t in tensors], dictionary,
+                                  left_pad_source=left_pad_source)
+    return dataset.collater([dataset[i] for i in range(len(tensors))])
