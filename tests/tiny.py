@@ -29,8 +29,13 @@ def build_transformer(dictionary, seed=0, layers=1, embed_dim=16, heads=2, ffn_d
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
     torch.manual_seed(seed)
     model = TransformerModel.build_model(args, task)
+    # an output bias on EOS alone (weights still tied) varies the output lengths of random models
+    projection = torch.nn.Linear(embed_dim, len(dictionary), bias=True)
+    projection.weight = model.decoder.output_projection.weight
     with torch.no_grad():
-        model.decoder.output_projection.weight[dictionary.eos()] += eos_bias
+        projection.bias.zero_()
+        projection.bias[dictionary.eos()] = eos_bias
+    model.decoder.output_projection = projection
     return model.eval()
 
 

@@ -31,6 +31,8 @@ class ParallelDecodingGenerator:
         self.decoder = decoder
         self.options = options
         self.verifier = Verifier(models, tgt_dict, options)
+        # what fairseq-generate strips from printed hypotheses, as for its own generator
+        self.symbols_to_strip_from_output = {tgt_dict.eos()}
         self.stats = DecodingStats(algorithm)
         if stats_path:
             # fairseq-generate has no end-of-run hook; write when the generator goes away or at exit

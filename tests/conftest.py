@@ -1,0 +1,52 @@
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # the tiny-model helpers in tests/tiny.py
+
+REPO = Path(__file__).resolve().parents[1]
+USER_DIR = str(REPO / "pardec_fairseq")
+
+
+def run_fairseq(tool, *args, stdin=None):
+    """Run a fairseq command-line tool in a fresh interpreter, as a user would."""
+    result = subprocess.run([sys.executable, "-m", f"fairseq_cli.{tool}", *map(str, args)],
+                            input=stdin, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AssertionError(f"fairseq-{tool} failed:\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def write_toy_corpus(folder, seed=7):
+    """A word-for-word 'translation' with reordering: enough for a model to learn something."""
+    rng = random.Random(seed)
+    sizes = {"train": 600, "valid": 100, "test": 100}
+    for split, size in sizes.items():
+        with open(folder / f"{split}.src", "w") as src, open(folder / f"{split}.tgt", "w") as tgt:
+            for _ in range(size):
+                words = [rng.randrange(30) for _ in range(rng.randint(1, 12))]
+                src.write(" ".join(f"s{w}" for w in words) + "\n")
+                tgt.write(" ".join(f"t{w}" for w in reversed(words)) + "\n")
+
+
+@pytest.fixture(scope="session")
+def toy_experiment(tmp_path_factory):
+    """Binarized toy data and a stock ``transformer`` trained for a few updates without the plugin."""
+    root = tmp_path_factory.mktemp("toy")
+    write_toy_corpus(root)
+    data_bin = root / "bin"
+    run_fairseq("preprocess", "--source-lang", "src", "--target-lang", "tgt",
+                "--trainpref", root / "train", "--validpref", root / "valid", "--testpref", root / "test",
+                "--destdir", data_bin, "--joined-dictionary", "--workers", "1")
+    checkpoints = root / "checkpoints"
+    run_fairseq("train", data_bin, "--arch", "transformer", "--task", "translation",
+                "--encoder-layers", 1, "--decoder-layers", 1, "--encoder-embed-dim", 32, "--decoder-embed-dim", 32,
+                "--encoder-ffn-embed-dim", 64, "--decoder-ffn-embed-dim", 64,
+                "--encoder-attention-heads", 2, "--decoder-attention-heads", 2, "--share-all-embeddings",
+                "--optimizer", "adam", "--lr", 0.005, "--max-tokens", 2000, "--max-update", 30,
+                "--save-dir", checkpoints, "--no-epoch-checkpoints", "--no-progress-bar", "--seed", 1,
+                "--num-workers", 0)
+    return {"root": root, "data": data_bin, "checkpoint": checkpoints / "checkpoint_last.pt"}
