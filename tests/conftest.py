@@ -32,6 +32,14 @@ def write_toy_corpus(folder, seed=7):
                 tgt.write(" ".join(f"t{w}" for w in reversed(words)) + "\n")
 
 
+TINY_TRANSFORMER = ["--arch", "transformer", "--encoder-layers", 1, "--decoder-layers", 1,
+                    "--encoder-embed-dim", 32, "--decoder-embed-dim", 32,
+                    "--encoder-ffn-embed-dim", 64, "--decoder-ffn-embed-dim", 64,
+                    "--encoder-attention-heads", 2, "--decoder-attention-heads", 2, "--share-all-embeddings",
+                    "--optimizer", "adam", "--lr", 0.005, "--max-tokens", 2000, "--no-epoch-checkpoints",
+                    "--no-progress-bar", "--seed", 1, "--num-workers", 0]
+
+
 @pytest.fixture(scope="session")
 def toy_experiment(tmp_path_factory):
     """Binarized toy data and a stock ``transformer`` trained for a few updates without the plugin."""
@@ -42,11 +50,6 @@ def toy_experiment(tmp_path_factory):
                 "--trainpref", root / "train", "--validpref", root / "valid", "--testpref", root / "test",
                 "--destdir", data_bin, "--joined-dictionary", "--workers", "1")
     checkpoints = root / "checkpoints"
-    run_fairseq("train", data_bin, "--arch", "transformer", "--task", "translation",
-                "--encoder-layers", 1, "--decoder-layers", 1, "--encoder-embed-dim", 32, "--decoder-embed-dim", 32,
-                "--encoder-ffn-embed-dim", 64, "--decoder-ffn-embed-dim", 64,
-                "--encoder-attention-heads", 2, "--decoder-attention-heads", 2, "--share-all-embeddings",
-                "--optimizer", "adam", "--lr", 0.005, "--max-tokens", 2000, "--max-update", 30,
-                "--save-dir", checkpoints, "--no-epoch-checkpoints", "--no-progress-bar", "--seed", 1,
-                "--num-workers", 0)
+    run_fairseq("train", data_bin, "--task", "translation", *TINY_TRANSFORMER, "--max-update", 30,
+                "--save-dir", checkpoints)
     return {"root": root, "data": data_bin, "checkpoint": checkpoints / "checkpoint_last.pt"}

@@ -8,7 +8,6 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-import torch
 from fairseq.sequence_generator import EnsembleModel
 from torch import Tensor
 

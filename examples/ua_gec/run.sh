@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# UA-GEC (Ukrainian grammatical error correction) from raw data to results: prepare the data, train
+# the autoregressive Transformer, benchmark it with BLEU and GLEU against both test annotators.
+#   examples/ua_gec/run.sh [--preset cpu|base] [--minutes M] [--nproc N] [--name NAME]
+#       [--bench-sentences N] [--batch-size B] [--repetitions R] [--algorithms "greedy ..."] [--no-bench]
+# Training options are those of scripts/train_transformer.sh (default: cpu preset, 60 minutes).
+# Outputs go to runs/ua_gec/<NAME, default the preset>/.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$root/scripts/recipe_options.sh" "$@"
+data="$root/data/ua_gec"
+save="$root/runs/ua_gec/${name:-$preset}"
+
+bash "$root/examples/ua_gec/prepare.sh" "$data"
+bash "$root/scripts/train_transformer.sh" "$data/bin" "$save" -s src -t tgt "${train_options[@]}"
+[ "$bench" -eq 0 ] || "$root/.venv/bin/python" "$root/scripts/bench.py" "$data/bin" \
+  --path "$save/checkpoint_best.pt" -s src -t tgt --detok moses --gec --sources "$data/raw/test.src" \
+  --references "$data/raw/test.tgt" "$data/raw/test.tgt2" --out-dir "$save" "${bench_options[@]}"

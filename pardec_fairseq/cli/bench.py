@@ -1,0 +1,332 @@
+"""Benchmark: fairseq's own greedy and beam search beside the plugin's algorithms, in one process.
+
+Every generator decodes the same batches of the same model. Repetitions are interleaved batch by
+batch, with the order of the generators rotated, so that machine noise hits all of them alike.
+Reported per generator: BLEU (sacrebleu on de-BPE'd, detokenized text, with its signature), the
+share of outputs identical to fairseq greedy, verifier iterations, tokens per iteration,
+sentences per second and wall-clock ratios against fairseq greedy and beam search.
+"""
+import argparse
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from argparse import Namespace
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import sacrebleu
+import torch
+from fairseq import checkpoint_utils, utils
+from fairseq.data import encoders
+from fairseq.sequence_generator import SequenceGenerator
+
+from pardec_fairseq.decoding import DECODERS, build_generator
+from pardec_fairseq.decoding.stats import DecodingStats
+from pardec_fairseq.tasks.translation_pardec import TranslationPardecConfig, TranslationPardecTask
+
+logger = logging.getLogger("pardec_fairseq.bench")
+
+FAIRSEQ_GREEDY = "fairseq-greedy"
+
+
+def fairseq_beam_name(beam):
+    return f"fairseq-beam{beam}"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="pardec-bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", help="binarized data folder (fairseq-preprocess --destdir)")
+    parser.add_argument("--path", required=True, help="checkpoint of the autoregressive model (the verifier)")
+    parser.add_argument("--algorithms", nargs="*", default=["greedy"], choices=sorted(DECODERS),
+                        help="plugin --gen-algo values to run beside fairseq greedy and beam search")
+    parser.add_argument("--source-lang", "-s", required=True)
+    parser.add_argument("--target-lang", "-t", required=True)
+    parser.add_argument("--subset", default="test", help="data split to decode")
+    parser.add_argument("--max-sentences", type=int, default=None,
+                        help="decode only sentences with id < N (the first N lines of the split)")
+    parser.add_argument("--batch-size", type=int, default=1, help="sentences per batch (1 = latency)")
+    parser.add_argument("--repetitions", type=int, default=2, help="timed passes over the data, interleaved")
+    parser.add_argument("--beam", type=int, default=5, help="beam size of the fairseq beam-search baseline")
+    parser.add_argument("--max-len-a", type=float, default=0.0)
+    parser.add_argument("--max-len-b", type=int, default=200)
+    parser.add_argument("--references", nargs="+", required=True,
+                        help="raw (untokenized) reference file(s), one line per sentence id")
+    parser.add_argument("--sources", default=None, help="raw source file; with --gec, GLEU uses it")
+    parser.add_argument("--gec", action="store_true",
+                        help="also report GLEU (PyPI package gleu) for grammatical error correction")
+    parser.add_argument("--remove-bpe", default="subword_nmt", help="BPE marker to remove, as in fairseq")
+    parser.add_argument("--detok", default="moses", choices=["moses", "space"],
+                        help="detokenizer applied after BPE removal")
+    parser.add_argument("--cpu", action="store_true", help="decode on the CPU even if a GPU is present")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--out-dir", default="bench_results", help="where the .md, .json and .png go")
+    parser.add_argument("--name", default="bench", help="file name stem of the outputs")
+    args = parser.parse_args(argv)
+    if args.gec and not args.sources:
+        parser.error("--gec needs --sources (GLEU compares the output with the source and the references)")
+    return args
+
+
+@dataclass
+class Run:
+    """One generator's outputs and timings over the benchmark batches."""
+
+    name: str
+    generator: object
+    plugin: bool
+    batch_seconds: List[List[float]] = field(default_factory=list)  # [batch][repetition]
+    tokens: Dict[int, List[int]] = field(default_factory=dict)  # sentence id -> output tokens
+    stats: Optional[DecodingStats] = None  # plugin generators: the first timed repetition
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def load_task_and_models(args, device):
+    state = checkpoint_utils.load_checkpoint_to_cpu(args.path)
+    saved_task = state["cfg"].task
+    cfg = TranslationPardecConfig(
+        data=args.data, source_lang=args.source_lang, target_lang=args.target_lang, dataset_impl="mmap",
+        left_pad_source=saved_task.get("left_pad_source", True),
+        left_pad_target=saved_task.get("left_pad_target", False),
+        required_seq_len_multiple=1, train_subset="train",
+    )
+    task = TranslationPardecTask.setup_task(cfg)
+    models, _ = checkpoint_utils.load_model_ensemble([args.path], task=task, state=state)
+    for model in models:
+        model.eval().to(device)
+    return task, models
+
+
+def make_batches(task, models, args, device):
+    """Length-sorted batches (as fairseq-generate makes them) of the first N sentences."""
+    task.load_dataset(args.subset)
+    dataset = task.dataset(args.subset)
+    limit = len(dataset) if args.max_sentences is None else min(args.max_sentences, len(dataset))
+    max_positions = utils.resolve_max_positions(task.max_positions(), *[m.max_positions() for m in models])
+    too_long = [i for i in range(limit) if not dataset.src_sizes[i] <= max_positions[0]]
+    if too_long:
+        raise SystemExit(f"error: {len(too_long)} sources (ids {too_long[:5]}...) exceed the model's "
+                         f"{max_positions[0]} source positions; shorten or split those lines")
+    indices = dataset.ordered_indices()
+    indices = indices[indices < limit]
+    batches = dataset.batch_by_size(indices, max_sentences=args.batch_size, required_batch_size_multiple=1)
+    return [utils.move_to_cuda(dataset.collater([dataset[i] for i in b]), device) if device.type == "cuda"
+            else dataset.collater([dataset[i] for i in b]) for b in batches]
+
+
+def build_runs(task, models, args):
+    tgt_dict = task.target_dictionary
+    generation = Namespace(max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=1, unkpen=0.0,
+                           lenpen=1.0, temperature=1.0)
+
+    def fairseq_search(beam):
+        return SequenceGenerator(models, tgt_dict, beam_size=beam, max_len_a=args.max_len_a,
+                                 max_len_b=args.max_len_b)
+
+    runs = [Run(FAIRSEQ_GREEDY, fairseq_search(1), plugin=False),
+            Run(fairseq_beam_name(args.beam), fairseq_search(args.beam), plugin=False)]
+    for algorithm in args.algorithms:
+        runs.append(Run(algorithm, build_generator(algorithm, models, tgt_dict, generation, task.cfg),
+                        plugin=True))
+    return runs
+
+
+def decode_all(runs, models, batches, repetitions, device):
+    """Time every generator on every batch, interleaved, rotating which generator goes first.
+    Outputs and plugin statistics are kept from the first timed repetition."""
+    for run in runs:  # warm-up: first calls allocate caches and select kernels
+        run.generator.generate(models, batches[0])
+    for run in runs:
+        run.batch_seconds = [[] for _ in batches]
+    for repetition in range(repetitions):
+        for run in runs:
+            if run.plugin:
+                run.generator.stats = DecodingStats(run.name)
+                if repetition == 0:
+                    run.stats = run.generator.stats
+        for b, batch in enumerate(batches):
+            shift = (b + repetition) % len(runs)
+            for run in runs[shift:] + runs[:shift]:
+                synchronize(device)
+                start = time.perf_counter()
+                hypos = run.generator.generate(models, batch)
+                synchronize(device)
+                run.batch_seconds[b].append(time.perf_counter() - start)
+                if repetition == 0:
+                    for sentence_id, sentence_hypos in zip(batch["id"].tolist(), hypos):
+                        run.tokens[sentence_id] = sentence_hypos[0]["tokens"].tolist()
+
+
+def detokenizer(args):
+    if args.detok == "space":
+        return lambda text: text
+    tokenizer = encoders.build_tokenizer(Namespace(tokenizer="moses", source_lang=args.source_lang,
+                                                   target_lang=args.target_lang, moses_no_dash_splits=False,
+                                                   moses_no_escape=False))
+    return tokenizer.decode
+
+
+def read_lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def gleu_score(sources, references, hypotheses):
+    """GLEU (Napoles et al.), in percent, through the ``gleu`` package's command-line tool."""
+    with tempfile.TemporaryDirectory() as tmp:
+        def write(name, lines):
+            path = os.path.join(tmp, name)
+            Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+            return path
+
+        command = [str(Path(sys.executable).with_name("gleu")), "-f", "-s", write("src", sources),
+                   "-o", write("hyp", hypotheses),
+                   "-r", *[write(f"ref{i}", ref) for i, ref in enumerate(references)]]
+        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return float(output.split()[-1])
+
+
+def iteration_counts(run, ids):
+    """Verifier passes: counted by the plugin's engine; for fairseq greedy one pass per token."""
+    if run.plugin:
+        return {"iterations": run.stats.iterations, "mean_accepted": run.stats.mean_accepted}
+    if run.name == FAIRSEQ_GREEDY:
+        return {"iterations": sum(len(run.tokens[i]) for i in ids), "mean_accepted": 1.0}
+    return {"iterations": None, "mean_accepted": None}
+
+
+def summarize(runs, args, tgt_dict):
+    ids = sorted(runs[0].tokens)
+    references = [read_lines(path) for path in args.references]
+    for path, lines in zip(args.references, references):
+        if len(lines) <= ids[-1]:
+            raise SystemExit(f"error: {path} has {len(lines)} lines but the data has sentence id {ids[-1]}")
+    references = [[ref[i] for i in ids] for ref in references]
+    sources = [read_lines(args.sources)[i] for i in ids] if args.sources else None
+    detok = detokenizer(args)
+    by_name = {run.name: run for run in runs}
+    greedy, beam = by_name[FAIRSEQ_GREEDY], by_name[fairseq_beam_name(args.beam)]
+
+    def batch_means(run):
+        return np.mean(run.batch_seconds, axis=1)
+
+    rows = []
+    for run in runs:
+        texts = [detok(tgt_dict.string(run.tokens[i], args.remove_bpe,
+                                       extra_symbols_to_ignore={tgt_dict.eos()})) for i in ids]
+        bleu = sacrebleu.metrics.BLEU()
+        seconds = float(batch_means(run).sum())
+        row = {
+            "algorithm": run.name,
+            "bleu": round(bleu.corpus_score(texts, references).score, 2),
+            "bleu_signature": str(bleu.get_signature()),
+            "identical_to_greedy": sum(run.tokens[i] == greedy.tokens[i] for i in ids) / len(ids),
+            "tokens": sum(len(run.tokens[i]) for i in ids),
+            "seconds": seconds,
+            "sentences_per_second": len(ids) / seconds,
+            "speedup_vs_greedy": float(batch_means(greedy).sum()) / seconds,
+            "speedup_vs_beam": float(batch_means(beam).sum()) / seconds,
+            "per_batch_speedup_vs_greedy": (batch_means(greedy) / batch_means(run)).tolist(),
+        }
+        row.update(iteration_counts(run, ids))
+        if args.gec:
+            row["gleu"] = round(gleu_score(sources, references, texts), 2)
+        rows.append(row)
+    return rows
+
+
+def hardware(device):
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} torch threads"
+
+
+def markdown_table(rows, args, meta):
+    beam = fairseq_beam_name(args.beam)
+    gleu = " GLEU |" if args.gec else ""
+    lines = [
+        f"Benchmark {meta['date']} on {meta['hardware']}: {meta['sentences']} sentences of "
+        f"`{meta['subset']}`, batch size {args.batch_size}, {args.repetitions} interleaved repetitions.",
+        "",
+        f"| algorithm | BLEU |{gleu} identical to greedy | iterations | tokens / iteration | sentences / s "
+        f"| speedup vs greedy | speedup vs {beam} |",
+        "|---|---:|" + ("---:|" if args.gec else "") + "---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        iterations = "–" if row["iterations"] is None else str(row["iterations"])
+        accepted = "–" if row["mean_accepted"] is None else f"{row['mean_accepted']:.2f}"
+        gleu_cell = f" {row['gleu']:.2f} |" if args.gec else ""
+        lines.append(
+            f"| {row['algorithm']} | {row['bleu']:.2f} |{gleu_cell} {100 * row['identical_to_greedy']:.1f}% "
+            f"| {iterations} | {accepted} | {row['sentences_per_second']:.2f} "
+            f"| {row['speedup_vs_greedy']:.2f}x | {row['speedup_vs_beam']:.2f}x |")
+    lines += ["", f"BLEU signature: `{rows[0]['bleu_signature']}`"]
+    return "\n".join(lines) + "\n"
+
+
+def plot_speedups(rows, path, batch_size):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.6 * len(rows) + 1.5))
+    ax.boxplot([row["per_batch_speedup_vs_greedy"] for row in rows], orientation="horizontal")
+    ax.set_yticks(range(1, len(rows) + 1), [row["algorithm"] for row in rows])
+    ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    unit = "sentence" if batch_size == 1 else f"batch of {batch_size}"
+    ax.set_xlabel(f"wall-clock speedup over fairseq greedy, per {unit}")
+    ax.set_xscale("log")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
+                        force=True)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")
+    torch.manual_seed(0)
+    task, models = load_task_and_models(args, device)
+    batches = make_batches(task, models, args, device)
+    runs = build_runs(task, models, args)
+    with torch.no_grad():
+        decode_all(runs, models, batches, args.repetitions, device)
+    rows = summarize(runs, args, task.target_dictionary)
+    meta = {
+        "date": time.strftime("%Y-%m-%d"),
+        "hardware": hardware(device),
+        "torch": torch.__version__,
+        "checkpoint": args.path,
+        "subset": args.subset,
+        "sentences": len(runs[0].tokens),
+        "batch_size": args.batch_size,
+        "repetitions": args.repetitions,
+    }
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = markdown_table(rows, args, meta)
+    (out_dir / f"{args.name}.md").write_text(table, encoding="utf-8")
+    (out_dir / f"{args.name}.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=1))
+    plot_speedups(rows, out_dir / f"{args.name}.png", args.batch_size)
+    print(table)
+    print(f"written: {out_dir / args.name}.{{md,json,png}}")
+
+
+if __name__ == "__main__":
+    main()

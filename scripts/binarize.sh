@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Moses-tokenize, learn a joint BPE on the training split, apply it, and binarize for fairseq.
+#   scripts/binarize.sh RAW_DIR OUT_DIR SRC TGT MERGES [MOSES_LANG]
+# RAW_DIR holds {train,valid,test}.{SRC,TGT}; OUT_DIR gets tok/, bpe/ (with bpe/codes) and bin/.
+# MOSES_LANG is the tokenizer's language for both sides (default: each side's suffix).
+set -euo pipefail
+[ $# -eq 5 ] || [ $# -eq 6 ] || { echo "usage: $0 RAW_DIR OUT_DIR SRC TGT MERGES [MOSES_LANG]" >&2; exit 2; }
+raw=$1 out=$2 src=$3 tgt=$4 merges=$5 moses_lang=${6:-}
+bin_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.venv/bin" && pwd)
+mkdir -p "$out/tok" "$out/bpe"
+
+for split in train valid test; do
+  for lang in $src $tgt; do
+    file="$raw/$split.$lang"
+    [ -s "$file" ] || { echo "binarize.sh: $file is missing or empty" >&2; exit 1; }
+    # an empty line would become a sentence of only </s>: refuse it, naming where it is
+    if empty=$(grep -n -m1 -v '[^[:space:]]' "$file"); then
+      echo "binarize.sh: $file has an empty line (line ${empty%%:*}); remove or fill it" >&2; exit 1
+    fi
+    "$bin_dir/sacremoses" -l "${moses_lang:-$lang}" -j 2 tokenize < "$file" > "$out/tok/$split.$lang"
+  done
+done
+
+"$bin_dir/subword-nmt" learn-joint-bpe-and-vocab -s "$merges" -o "$out/bpe/codes" \
+  --input "$out/tok/train.$src" "$out/tok/train.$tgt" \
+  --write-vocabulary "$out/bpe/vocab.$src" "$out/bpe/vocab.$tgt"
+for split in train valid test; do
+  for lang in $src $tgt; do
+    "$bin_dir/subword-nmt" apply-bpe -c "$out/bpe/codes" --vocabulary "$out/bpe/vocab.$lang" \
+      --vocabulary-threshold 1 < "$out/tok/$split.$lang" > "$out/bpe/$split.$lang"
+  done
+done
+
+rm -rf "$out/bin"
+"$bin_dir/fairseq-preprocess" --source-lang "$src" --target-lang "$tgt" \
+  --trainpref "$out/bpe/train" --validpref "$out/bpe/valid" --testpref "$out/bpe/test" \
+  --destdir "$out/bin" --joined-dictionary --workers 2 2>&1 | grep -E "\[$src\]|\[$tgt\]" || true
+[ -s "$out/bin/dict.$src.txt" ] || { echo "binarize.sh: fairseq-preprocess failed" >&2; exit 1; }

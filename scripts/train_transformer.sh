@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Train the autoregressive Transformer (the verifier of the plugin's algorithms) with fairseq-train.
+#   scripts/train_transformer.sh DATA_BIN SAVE_DIR -s SRC -t TGT [--preset cpu|base] [--minutes M]
+#                                [--nproc N] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
+# --preset cpu   3+3 layers, d_model 256, FFN 1024, 4 heads, pre-norm, lr 1.5e-3, 300 warm-up
+#                updates (default; sized to learn fast on a 2-core CPU)
+# --preset base  transformer-base (Vaswani et al.): 6+6 layers, d_model 512, FFN 2048, 8 heads,
+#                lr 5e-4, 4000 warm-up updates
+# --minutes M    stop after M minutes of wall clock (default: at most 100 epochs)
+# --nproc N      N training processes through scripts/train_distributed.sh
+# A finished training in SAVE_DIR (marked by SAVE_DIR/.trained) is reused; the log is SAVE_DIR/train.log.
+set -euo pipefail
+[ $# -ge 2 ] || { sed -n 2,11p "$0" >&2; exit 2; }
+data=$1 save=$2; shift 2
+src="" tgt="" preset=cpu minutes="" nproc=1 extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -s) src=$2; shift 2 ;;
+    -t) tgt=$2; shift 2 ;;
+    --preset) preset=$2; shift 2 ;;
+    --minutes) minutes=$2; shift 2 ;;
+    --nproc) nproc=$2; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "train_transformer.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[ -n "$src" ] && [ -n "$tgt" ] || { echo "train_transformer.sh: -s SRC and -t TGT are required" >&2; exit 2; }
+case "$preset" in
+  cpu) model=(--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256
+              --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024
+              --encoder-attention-heads 4 --decoder-attention-heads 4
+              --encoder-normalize-before --decoder-normalize-before --lr 1.5e-3 --warmup-updates 300) ;;
+  base) model=(--lr 5e-4 --warmup-updates 4000) ;;
+  *) echo "train_transformer.sh: --preset must be cpu or base" >&2; exit 2 ;;
+esac
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+mkdir -p "$save"
+if [ -f "$save/.trained" ]; then
+  echo "train_transformer.sh: reusing the model in $save (delete $save/.trained to train again)"
+  exit 0
+fi
+
+args=("$data" --user-dir "$root/pardec_fairseq" --task translation_pardec -s "$src" -t "$tgt"
+  --arch transformer "${model[@]}" --share-all-embeddings --dropout 0.1
+  --criterion label_smoothed_cross_entropy --label-smoothing 0.1
+  --optimizer adam --adam-betas "(0.9,0.98)" --lr-scheduler inverse_sqrt --max-tokens 4096
+  --max-epoch 100 --save-dir "$save" --no-epoch-checkpoints
+  --log-format simple --log-interval 50 --num-workers 0 --seed 1 "${extra[@]}")
+[ -z "$minutes" ] || args+=(--stop-time-hours "$(python3 -c "print($minutes / 60)")")
+
+echo "train_transformer.sh: training the $preset Transformer${minutes:+ for $minutes minutes}; log: $save/train.log"
+if [ "$nproc" -gt 1 ]; then
+  bash "$root/scripts/train_distributed.sh" --nproc "$nproc" --log-dir "$save/logs" -- "${args[@]}" > "$save/train.log" 2>&1
+else
+  "$root/.venv/bin/fairseq-train" "${args[@]}" > "$save/train.log" 2>&1
+fi || { echo "train_transformer.sh: fairseq-train failed; see $save/train.log" >&2; tail -5 "$save/train.log" >&2; exit 1; }
+grep -E "\| valid on" "$save/train.log" | tail -1 | sed 's/.*| valid on/valid on/' | cut -c1-120
+touch "$save/.trained"

@@ -1,0 +1,25 @@
+"""The benchmark runs fairseq's baselines and the plugin's algorithms on the same data in one run."""
+import json
+
+from pardec_fairseq.cli.bench import main
+
+
+def test_bench_reports_every_generator(toy_experiment, tmp_path, capsys):
+    root = toy_experiment["root"]
+    main([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
+          "--algorithms", "greedy", "--max-sentences", "30", "--batch-size", "4", "--repetitions", "2",
+          "--references", str(root / "test.tgt"), "--sources", str(root / "test.src"), "--gec",
+          "--detok", "space", "--out-dir", str(tmp_path), "--name", "toy"])
+    report = json.loads((tmp_path / "toy.json").read_text())
+    rows = {row["algorithm"]: row for row in report["results"]}
+    assert set(rows) == {"fairseq-greedy", "fairseq-beam5", "greedy"}
+    assert report["meta"]["sentences"] == 30
+    assert rows["greedy"]["identical_to_greedy"] == 1.0 and rows["fairseq-greedy"]["identical_to_greedy"] == 1.0
+    assert rows["greedy"]["bleu"] == rows["fairseq-greedy"]["bleu"]
+    assert rows["greedy"]["iterations"] == rows["greedy"]["tokens"] == rows["fairseq-greedy"]["iterations"]
+    assert rows["fairseq-beam5"]["iterations"] is None
+    assert all(row["speedup_vs_greedy"] > 0 and "gleu" in row for row in rows.values())
+    assert len(rows["greedy"]["per_batch_speedup_vs_greedy"]) == 8  # ceil(30 / 4) batches
+    assert (tmp_path / "toy.png").stat().st_size > 0
+    table = (tmp_path / "toy.md").read_text()
+    assert "| greedy |" in table and "BLEU signature" in capsys.readouterr().out

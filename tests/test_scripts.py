@@ -1,0 +1,48 @@
+"""The shell helpers: distributed training with two local processes, and sequence-level distillation."""
+import filecmp
+import socket
+import subprocess
+
+from fairseq.data import Dictionary, data_utils
+
+from conftest import REPO, TINY_TRANSFORMER, USER_DIR
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_script(script, *args):
+    result = subprocess.run(["bash", str(REPO / "scripts" / script), *map(str, args)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_train_distributed_with_two_local_processes(toy_experiment, tmp_path):
+    save_dir = tmp_path / "checkpoints"
+    output = run_script("train_distributed.sh", "--nproc", 2, "--backend", "gloo",
+                        "--master", f"127.0.0.1:{free_port()}", "--log-dir", tmp_path / "logs", "--",
+                        toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
+                        *TINY_TRANSFORMER, "--max-update", 4, "--save-dir", save_dir)
+    assert "distributed init (rank 0)" in output
+    assert "distributed init (rank 1)" in (tmp_path / "logs" / "rank1.log").read_text()
+    assert "done training" in output
+    assert (save_dir / "checkpoint_last.pt").exists()
+
+
+def test_distill_replaces_train_targets_and_keeps_the_rest(toy_experiment, tmp_path):
+    data, out = toy_experiment["data"], tmp_path / "distilled"
+    output = run_script("distill.sh", data, toy_experiment["checkpoint"], out, "-s", "src", "-t", "tgt",
+                        "--beam", 2, "--batch-size", 50)
+    assert "600 distilled pairs" in output
+    for name in ("dict.src.txt", "dict.tgt.txt", "valid.src-tgt.src.bin", "test.src-tgt.tgt.idx"):
+        assert filecmp.cmp(data / name, out / name, shallow=False)
+    dictionary = Dictionary.load(str(out / "dict.tgt.txt"))
+    distilled = data_utils.load_indexed_dataset(str(out / "train.src-tgt.tgt"), dictionary)
+    original_sources = data_utils.load_indexed_dataset(str(data / "train.src-tgt.src"), dictionary)
+    distilled_sources = data_utils.load_indexed_dataset(str(out / "train.src-tgt.src"), dictionary)
+    assert len(distilled) == 600
+    assert all(distilled_sources[i].tolist() == original_sources[i].tolist() for i in range(600))
