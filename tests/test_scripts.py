@@ -46,3 +46,10 @@ def test_distill_replaces_train_targets_and_keeps_the_rest(toy_experiment, tmp_p
     distilled_sources = data_utils.load_indexed_dataset(str(out / "train.src-tgt.src"), dictionary)
     assert len(distilled) == 600
     assert all(distilled_sources[i].tolist() == original_sources[i].tolist() for i in range(600))
+
+
+def test_check_lossless_compares_every_sentence_through_fairseq_generate(toy_experiment):
+    output = run_script("check_lossless.sh", toy_experiment["data"], toy_experiment["checkpoint"],
+                        "-s", "src", "-t", "tgt", "--gen-algo", "greedy", "--batch-sizes", "1 50")
+    assert output.splitlines() == [
+        f"greedy batch {b}: 100 of 100 hypotheses identical to fairseq --beam 1" for b in (1, 50)]

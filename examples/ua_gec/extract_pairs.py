@@ -20,7 +20,11 @@ def document_pairs(folder, doc_id, annotator):
     targets = read(folder / "target-sentences" / f"{doc_id}.{annotator}.txt")
     if len(sources) != len(targets):
         raise SystemExit(f"error: {doc_id}.{annotator} is not line-aligned with its source")
-    return [(s.strip(), t.strip()) for s, t in zip(sources, targets) if s.strip() and t.strip()]
+    pairs = [(s.strip(), t.strip()) for s, t in zip(sources, targets)]
+    empty = [n + 1 for n, (s, t) in enumerate(pairs) if not s or not t]
+    if empty:  # fairseq would turn an empty line into a sentence of only </s>
+        print(f"ua_gec: skipping empty lines {empty} of {folder.name}/{doc_id}.{annotator}")
+    return [(s, t) for s, t in pairs if s and t]
 
 
 def main():
