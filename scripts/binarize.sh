@@ -8,6 +8,11 @@ set -euo pipefail
 raw=$1 out=$2 src=$3 tgt=$4 merges=$5 moses_lang=${6:-}
 bin_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.venv/bin" && pwd)
 mkdir -p "$out/tok" "$out/bpe"
+log="$out/binarize.log"
+: > "$log"
+quiet() {  # run a tool with its progress bars sent to the log; on failure show the log's end
+  "$@" 2>> "$log" || { echo "binarize.sh: $1 failed; the end of $log:" >&2; tail -5 "$log" >&2; exit 1; }
+}
 
 for split in train valid test; do
   for lang in $src $tgt; do
@@ -17,22 +22,23 @@ for split in train valid test; do
     if empty=$(grep -n -m1 -v '[^[:space:]]' "$file"); then
       echo "binarize.sh: $file has an empty line (line ${empty%%:*}); remove or fill it" >&2; exit 1
     fi
-    "$bin_dir/sacremoses" -l "${moses_lang:-$lang}" -j 2 tokenize < "$file" > "$out/tok/$split.$lang"
+    quiet "$bin_dir/sacremoses" -l "${moses_lang:-$lang}" -j 2 tokenize < "$file" > "$out/tok/$split.$lang"
   done
 done
 
-"$bin_dir/subword-nmt" learn-joint-bpe-and-vocab -s "$merges" -o "$out/bpe/codes" \
+quiet "$bin_dir/subword-nmt" learn-joint-bpe-and-vocab -s "$merges" -o "$out/bpe/codes" \
   --input "$out/tok/train.$src" "$out/tok/train.$tgt" \
   --write-vocabulary "$out/bpe/vocab.$src" "$out/bpe/vocab.$tgt"
 for split in train valid test; do
   for lang in $src $tgt; do
-    "$bin_dir/subword-nmt" apply-bpe -c "$out/bpe/codes" --vocabulary "$out/bpe/vocab.$lang" \
+    quiet "$bin_dir/subword-nmt" apply-bpe -c "$out/bpe/codes" --vocabulary "$out/bpe/vocab.$lang" \
       --vocabulary-threshold 1 < "$out/tok/$split.$lang" > "$out/bpe/$split.$lang"
   done
 done
 
 rm -rf "$out/bin"
-"$bin_dir/fairseq-preprocess" --source-lang "$src" --target-lang "$tgt" \
+quiet "$bin_dir/fairseq-preprocess" --source-lang "$src" --target-lang "$tgt" \
   --trainpref "$out/bpe/train" --validpref "$out/bpe/valid" --testpref "$out/bpe/test" \
-  --destdir "$out/bin" --joined-dictionary --workers 2 2>&1 | grep -E "\[$src\]|\[$tgt\]" || true
-[ -s "$out/bin/dict.$src.txt" ] || { echo "binarize.sh: fairseq-preprocess failed" >&2; exit 1; }
+  --destdir "$out/bin" --joined-dictionary --workers 2 >> "$log"
+grep -E "sents, [0-9]+ tokens" "$log" | sed 's/.*preprocess[^[]*//'
+

@@ -29,9 +29,11 @@ generate() {  # fairseq-generate's hypotheses, one "id<TAB>tokens" line each, so
     --user-dir "$root/pardec_fairseq" --required-batch-size-multiple 1 "${extra[@]}" "$@" 2> "$work/stderr" \
     | sed -n 's/^H-\([0-9]*\)\t[^\t]*\t/\1\t/p' | sort -n || { cat "$work/stderr" >&2; exit 1; }
 }
-generate --task translation --beam 1 --batch-size 64 > "$work/reference"
-total=$(wc -l < "$work/reference")
+# fairseq's reference at the same batch size: with --max-len-a > 0 fairseq's own output depends on
+# the padded source width of the batch, and the plugin reproduces that too
 for batch_size in $batch_sizes; do
+  generate --task translation --beam 1 --batch-size "$batch_size" > "$work/reference"
+  total=$(wc -l < "$work/reference")
   generate --task translation_pardec --gen-algo "$algo" --batch-size "$batch_size" > "$work/candidate"
   if cmp -s "$work/reference" "$work/candidate"; then
     echo "$algo batch $batch_size: $total of $total hypotheses identical to fairseq --beam 1"

@@ -1,12 +1,13 @@
 # Options shared by the examples' run.sh scripts; sourced, it sets preset, name, bench,
 # train_options (for train_transformer.sh) and bench_options (for bench.py).
-preset=cpu name="" minutes=60 nproc=1 bench=1 batch_size=1
+preset=cpu name="" minutes=60 max_tokens=4096 nproc=1 bench=1 batch_size=1
 # outputs at most 1.2 x source + 10 tokens, as in fairseq's translation examples
 bench_options=(--repetitions 2 --algorithms greedy --max-len-a 1.2 --max-len-b 10)
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) preset=$2; shift 2 ;;
     --minutes) minutes=$2; shift 2 ;;
+    --max-tokens) max_tokens=$2; shift 2 ;;
     --nproc) nproc=$2; shift 2 ;;
     --name) name=$2; shift 2 ;;
     --bench-sentences) bench_options+=(--max-sentences "$2"); shift 2 ;;
@@ -17,5 +18,5 @@ while [ $# -gt 0 ]; do
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
-train_options=(--preset "$preset" --minutes "$minutes" --nproc "$nproc")
+train_options=(--preset "$preset" --minutes "$minutes" --max-tokens "$max_tokens" --nproc "$nproc")
 bench_options+=(--batch-size "$batch_size" --name "bench_b$batch_size")

@@ -28,12 +28,15 @@ fi
 # this machine's pip.conf names local indexes that may be absent: drop pip's warnings about them
 pip() { "$venv/bin/python" -m pip install --disable-pip-version-check -q "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 echo "setup_venv.sh: installing into $venv ($torch_spec)"
+if [ "$torch_spec" = "torch==2.13.0" ] && "$venv/bin/python" -c 'import torch, sys; sys.exit("+cpu" not in torch.__version__)' 2>/dev/null; then
+  "$venv/bin/python" -m pip uninstall -q -y torch  # torch==2.13.0 would count the CPU build as installed
+fi
 pip "$torch_spec" numpy==2.4.6 hydra-core==1.3.8 omegaconf==2.3.1 sacrebleu==2.6.0 bitarray regex tqdm \
   scikit-learn cython cffi packaging subword-nmt==0.3.8 sacremoses==0.2.0 matplotlib==3.11.2 \
   gleu==1.1.0 pytest==9.2.0 hypothesis==6.170.15
 # fairseq 0.12.3 built for Python 3.11; its declared dependencies would replace torch, so none
 pip --no-deps ve-fairseq==0.12.3
 pip --no-deps -e "$root"
-"$venv/bin/python" -c "import fairseq, torch, pardec_fairseq" || {
-  echo "setup_venv.sh: the environment does not import; see the pip messages above" >&2; exit 1; }
+"$venv/bin/python" -c "import fairseq, torch, pardec_fairseq" 2> "$venv/import-check.log" || {
+  cat "$venv/import-check.log" >&2; echo "setup_venv.sh: the environment does not import" >&2; exit 1; }
 echo "$wanted" > "$stamp"

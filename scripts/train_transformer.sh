@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
 # Train the autoregressive Transformer (the verifier of the plugin's algorithms) with fairseq-train.
 #   scripts/train_transformer.sh DATA_BIN SAVE_DIR -s SRC -t TGT [--preset cpu|base] [--minutes M]
-#                                [--nproc N] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
+#                                [--max-tokens N] [--nproc N] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
 # --preset cpu   3+3 layers, d_model 256, FFN 1024, 4 heads, pre-norm, lr 1.5e-3, 300 warm-up
 #                updates (default; sized to learn fast on a 2-core CPU)
 # --preset base  transformer-base (Vaswani et al.): 6+6 layers, d_model 512, FFN 2048, 8 heads,
 #                lr 5e-4, 4000 warm-up updates
 # --minutes M    stop after M minutes of wall clock (default: at most 100 epochs)
+# --max-tokens N target-side batch size in tokens (default 4096; smaller gives more updates per minute)
 # --nproc N      N training processes through scripts/train_distributed.sh
 # A finished training in SAVE_DIR (marked by SAVE_DIR/.trained) is reused; the log is SAVE_DIR/train.log.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,11p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,12p "$0" >&2; exit 2; }
 data=$1 save=$2; shift 2
-src="" tgt="" preset=cpu minutes="" nproc=1 extra=()
+src="" tgt="" preset=cpu minutes="" max_tokens=4096 nproc=1 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -s) src=$2; shift 2 ;;
     -t) tgt=$2; shift 2 ;;
     --preset) preset=$2; shift 2 ;;
     --minutes) minutes=$2; shift 2 ;;
+    --max-tokens) max_tokens=$2; shift 2 ;;
     --nproc) nproc=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "train_transformer.sh: unknown option $1" >&2; exit 2 ;;
@@ -43,7 +45,7 @@ fi
 args=("$data" --user-dir "$root/pardec_fairseq" --task translation_pardec -s "$src" -t "$tgt"
   --arch transformer "${model[@]}" --share-all-embeddings --dropout 0.1
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1
-  --optimizer adam --adam-betas "(0.9,0.98)" --lr-scheduler inverse_sqrt --max-tokens 4096
+  --optimizer adam --adam-betas "(0.9,0.98)" --lr-scheduler inverse_sqrt --max-tokens "$max_tokens"
   --max-epoch 100 --save-dir "$save" --no-epoch-checkpoints
   --log-format simple --log-interval 50 --num-workers 0 --seed 1 "${extra[@]}")
 [ -z "$minutes" ] || args+=(--stop-time-hours "$(python3 -c "print($minutes / 60)")")

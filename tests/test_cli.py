@@ -5,7 +5,7 @@ import re
 import pytest
 from pardec_fairseq.tasks.translation_pardec import TranslationPardecConfig, TranslationPardecTask
 
-from conftest import USER_DIR, run_fairseq
+from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
 
 
 def hypotheses(generate_output):
@@ -74,3 +74,15 @@ def test_fairseq_itself_drops_the_remainder_batch(toy_experiment):
     """The upstream behaviour the task fixes; if fairseq ever fixes it, this test says so."""
     output = generate(toy_experiment, "--beam", 1, "--batch-size", 50)
     assert len(hypotheses(output)) == 96
+
+
+def test_eval_bleu_uses_the_plugin_generator_and_its_checkpoint_resumes(toy_experiment, tmp_path):
+    """--eval-bleu stores numpy metric state in the checkpoint: resuming must load it safely."""
+    common = [toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
+              "--gen-algo", "greedy", "--eval-bleu", "--eval-bleu-args", '{"max_len_b": 10}',
+              "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
+              "--save-dir", tmp_path, *TINY_TRANSFORMER, "--validate-interval-updates", 2]
+    first = run_fairseq("train", *common, "--max-update", 2)
+    assert "| valid on 'valid' subset" in first and "| bleu " in first
+    resumed = run_fairseq("train", *common, "--max-update", 4)
+    assert "loaded checkpoint" in resumed and "num_updates 4" in resumed

@@ -120,9 +120,9 @@ def make_batches(task, models, args, device):
                          f"{max_positions[0]} source positions; shorten or split those lines")
     indices = dataset.ordered_indices()
     indices = indices[indices < limit]
-    batches = dataset.batch_by_size(indices, max_sentences=args.batch_size, required_batch_size_multiple=1)
-    return [utils.move_to_cuda(dataset.collater([dataset[i] for i in b]), device) if device.type == "cuda"
-            else dataset.collater([dataset[i] for i in b]) for b in batches]
+    batches = [dataset.collater([dataset[i] for i in batch]) for batch in
+               dataset.batch_by_size(indices, max_sentences=args.batch_size, required_batch_size_multiple=1)]
+    return [utils.move_to_cuda(batch, device) for batch in batches] if device.type == "cuda" else batches
 
 
 def build_runs(task, models, args):
@@ -152,9 +152,9 @@ def decode_all(runs, models, batches, repetitions, device):
     for repetition in range(repetitions):
         for run in runs:
             if run.plugin:
-                run.generator.stats = DecodingStats(run.name)
+                stats = run.generator.restart_stats()
                 if repetition == 0:
-                    run.stats = run.generator.stats
+                    run.stats = stats
         for b, batch in enumerate(batches):
             shift = (b + repetition) % len(runs)
             for run in runs[shift:] + runs[:shift]:
@@ -280,14 +280,18 @@ def plot_speedups(rows, path, batch_size):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
+    rows = rows[::-1]  # first table row on top
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(rows) + 1.5))
     ax.boxplot([row["per_batch_speedup_vs_greedy"] for row in rows], orientation="horizontal")
     ax.set_yticks(range(1, len(rows) + 1), [row["algorithm"] for row in rows])
     ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}x"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     unit = "sentence" if batch_size == 1 else f"batch of {batch_size}"
     ax.set_xlabel(f"wall-clock speedup over fairseq greedy, per {unit}")
-    ax.set_xscale("log")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

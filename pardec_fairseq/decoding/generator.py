@@ -38,6 +38,11 @@ class ParallelDecodingGenerator:
             # fairseq-generate has no end-of-run hook; write when the generator goes away or at exit
             weakref.finalize(self, self.stats.write, stats_path)
 
+    def restart_stats(self) -> DecodingStats:
+        """Count from zero from now on (the benchmark keeps one repetition's counts)."""
+        self.stats = DecodingStats(self.algorithm)
+        return self.stats
+
     @torch.no_grad()
     def generate(self, models, sample, prefix_tokens=None, constraints=None, bos_token=None, **kwargs):
         if prefix_tokens is not None or constraints is not None:

@@ -27,7 +27,6 @@ class Verifier:
             raise ValueError("the plugin's generators need models with incremental (cached) decoders")
         self.options = options
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
-        self.vocab_size = len(tgt_dict)
 
     def max_decoder_positions(self):
         return self.ensemble.max_decoder_positions()

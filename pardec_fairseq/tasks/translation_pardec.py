@@ -5,7 +5,6 @@ It adds ``--gen-algo`` (which generator ``fairseq-generate``/``fairseq-interacti
 remainder batch that fairseq 0.12 drops when its size is not a multiple of
 ``--required-batch-size-multiple``, so every sentence is validated and translated.
 """
-import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -15,8 +14,6 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from pardec_fairseq.decoding import DECODERS, build_generator
-
-logger = logging.getLogger(__name__)
 
 FAIRSEQ_SEARCH = "fairseq"
 GEN_ALGO_CHOICES = ChoiceEnum([FAIRSEQ_SEARCH, *DECODERS])
