@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole pipeline from a fresh clone in one command (about 13 minutes on a 2-core CPU):
+# The whole pipeline from a fresh clone in one command (13 minutes on a 2-core CPU):
 # create .venv/, prepare the LibreOffice En-De data, train a small Transformer for 10 minutes, and
 # benchmark the plugin's algorithms beside fairseq's greedy and beam search on 300 test sentences.
 #   bash scripts/demo.sh          CPU torch

@@ -84,5 +84,6 @@ def test_eval_bleu_uses_the_plugin_generator_and_its_checkpoint_resumes(toy_expe
               "--save-dir", tmp_path, *TINY_TRANSFORMER, "--validate-interval-updates", 2]
     first = run_fairseq("train", *common, "--max-update", 2)
     assert "| valid on 'valid' subset" in first and "| bleu " in first
-    resumed = run_fairseq("train", *common, "--max-update", 4)
-    assert "loaded checkpoint" in resumed and "num_updates 4" in resumed
+    resumed = run_fairseq("train", *common, "--max-update", 4,
+                          "--restore-file", tmp_path / "checkpoint_best.pt")
+    assert "Loaded checkpoint" in resumed and "(epoch 1 @ 2 updates)" in resumed

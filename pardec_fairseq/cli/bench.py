@@ -246,10 +246,21 @@ def summarize(runs, args, tgt_dict):
     return rows
 
 
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def hardware(device):
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} torch threads"
+    return f"{cpu_name()} ({os.cpu_count()} cores), {torch.get_num_threads()} torch threads"
 
 
 def markdown_table(rows, args, meta):
