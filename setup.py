@@ -16,6 +16,7 @@ setup(
     entry_points={
         "console_scripts": [
             "pardec-bench=pardec_fairseq.cli.bench:main",
+            "pardec-ddgviz=pardec_fairseq.cli.ddgviz:main",
         ]
     },
 )

@@ -1,7 +1,7 @@
 """The benchmark runs fairseq's baselines and the plugin's algorithms on the same data in one run."""
 import json
 
-from pardec_fairseq.cli.bench import main
+from pardec_fairseq.cli.bench import edit_ratio, main
 
 
 def test_bench_reports_every_generator(toy_experiment, tmp_path, capsys):
@@ -23,3 +23,24 @@ def test_bench_reports_every_generator(toy_experiment, tmp_path, capsys):
     assert (tmp_path / "toy.png").stat().st_size > 0
     table = (tmp_path / "toy.md").read_text()
     assert "| greedy |" in table and "BLEU signature" in capsys.readouterr().out
+
+
+def test_bench_reports_speedup_by_edit_ratio_at_batch_size_one(toy_experiment, tmp_path):
+    root = toy_experiment["root"]
+    main([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
+          "--algorithms", "iad", "gs-jacobi", "--max-sentences", "12", "--repetitions", "1", "--edit-ratio",
+          "--references", str(root / "test.tgt"), "--detok", "space", "--out-dir", str(tmp_path), "--name", "er"])
+    report = json.loads((tmp_path / "er.json").read_text())
+    rows = {row["algorithm"]: row for row in report["results"]}
+    assert rows["iad"]["identical_to_greedy"] == rows["gs-jacobi"]["identical_to_greedy"] == 1.0
+    bins = report["speedup_by_edit_ratio"]
+    assert sum(entry["sentences"] for entry in bins) == 12
+    assert all(entry["iad"] > 0 and entry["gs-jacobi"] > 0 for entry in bins)
+    assert "| edit ratio | sentences | fairseq-beam5 | iad | gs-jacobi |" in (tmp_path / "er.md").read_text()
+    assert (tmp_path / "er_edit_ratio.png").stat().st_size > 0
+
+
+def test_edit_ratio_is_token_levenshtein_over_the_source_length():
+    assert edit_ratio([1, 2, 3, 4], [1, 2, 3, 4]) == 0.0
+    assert edit_ratio([1, 2, 3, 4], [1, 9, 3]) == 0.5  # one substitution, one deletion
+    assert edit_ratio([5], [5, 6, 7]) == 2.0

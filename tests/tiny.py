@@ -15,7 +15,7 @@ def make_dictionary(n_symbols):
 
 
 def build_transformer(dictionary, seed=0, layers=1, embed_dim=16, heads=2, ffn_dim=32,
-                      max_positions=64, eos_bias=0.0):
+                      max_positions=64, eos_bias=0.0, learned_positions=False):
     """A stock fairseq ``transformer`` with random weights; ``eos_bias`` shifts how soon it stops."""
     args = argparse.Namespace(
         encoder_layers=layers, decoder_layers=layers,
@@ -24,6 +24,7 @@ def build_transformer(dictionary, seed=0, layers=1, embed_dim=16, heads=2, ffn_d
         encoder_ffn_embed_dim=ffn_dim, decoder_ffn_embed_dim=ffn_dim,
         max_source_positions=max_positions, max_target_positions=max_positions,
         dropout=0.0, share_all_embeddings=True,
+        encoder_learned_pos=learned_positions, decoder_learned_pos=learned_positions,
     )
     base_architecture(args)
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)

@@ -27,7 +27,7 @@ from fairseq import checkpoint_utils, utils
 from fairseq.data import encoders
 from fairseq.sequence_generator import SequenceGenerator
 
-from pardec_fairseq.decoding import DECODERS, build_generator
+from pardec_fairseq.decoding import ALGORITHMS, build_generator
 from pardec_fairseq.decoding.stats import DecodingStats
 from pardec_fairseq.tasks.translation_pardec import TranslationPardecConfig, TranslationPardecTask
 
@@ -45,7 +45,7 @@ def parse_args(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", help="binarized data folder (fairseq-preprocess --destdir)")
     parser.add_argument("--path", required=True, help="checkpoint of the autoregressive model (the verifier)")
-    parser.add_argument("--algorithms", nargs="*", default=["greedy"], choices=sorted(DECODERS),
+    parser.add_argument("--algorithms", nargs="*", default=["greedy"], choices=sorted(ALGORITHMS),
                         help="plugin --gen-algo values to run beside fairseq greedy and beam search")
     parser.add_argument("--source-lang", "-s", required=True)
     parser.add_argument("--target-lang", "-t", required=True)
@@ -62,6 +62,9 @@ def parse_args(argv=None):
     parser.add_argument("--sources", default=None, help="raw source file; with --gec, GLEU uses it")
     parser.add_argument("--gec", action="store_true",
                         help="also report GLEU (PyPI package gleu) for grammatical error correction")
+    parser.add_argument("--edit-ratio", action="store_true",
+                        help="at batch size 1, also report each algorithm's speedup per bin of the greedy "
+                        "output's edit ratio against the source, with a plot (needs a joined dictionary)")
     parser.add_argument("--remove-bpe", default="subword_nmt", help="BPE marker to remove, as in fairseq")
     parser.add_argument("--detok", default="moses", choices=["moses", "space"],
                         help="detokenizer applied after BPE removal")
@@ -70,6 +73,8 @@ def parse_args(argv=None):
     parser.add_argument("--out-dir", default="bench_results", help="where the .md, .json and .png go")
     parser.add_argument("--name", default="bench", help="file name stem of the outputs")
     args = parser.parse_args(argv)
+    if args.edit_ratio and args.batch_size != 1:
+        parser.error("--edit-ratio compares per-sentence timings: use it with --batch-size 1")
     if args.gec and not args.sources:
         parser.error("--gec needs --sources (GLEU compares the output with the source and the references)")
     return args
@@ -137,7 +142,8 @@ def build_runs(task, models, args):
     runs = [Run(FAIRSEQ_GREEDY, fairseq_search(1), plugin=False),
             Run(fairseq_beam_name(args.beam), fairseq_search(args.beam), plugin=False)]
     for algorithm in args.algorithms:
-        runs.append(Run(algorithm, build_generator(algorithm, models, tgt_dict, generation, task.cfg),
+        runs.append(Run(algorithm, build_generator(algorithm, models, tgt_dict, generation, task.cfg,
+                                                       src_dict=task.source_dictionary),
                         plugin=True))
     return runs
 
@@ -308,6 +314,70 @@ def plot_speedups(rows, path, batch_size):
     plt.close(fig)
 
 
+def edit_ratio(source, output):
+    """Token-level Levenshtein distance from the source to the output, over the source length."""
+    previous = list(range(len(output) + 1))
+    for i, a in enumerate(source, 1):
+        current = [i]
+        for j, b in enumerate(output, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a != b)))
+        previous = current
+    return previous[-1] / max(len(source), 1)
+
+
+def speedup_by_edit_ratio(runs, batches, rows, pad, bins=(0.0, 0.1, 0.2, 0.3, 0.5, float("inf"))):
+    """At batch size 1, each plugin algorithm's mean speedup over fairseq greedy per bin of how
+    much the greedy output edits the source (Ge et al., Figure 5). Sources and outputs are
+    compared as token ids, so the dictionary must be joined."""
+    greedy = next(run for run in runs if run.name == FAIRSEQ_GREEDY)
+    ratios = np.array([
+        edit_ratio([t for t in batch["net_input"]["src_tokens"][0].tolist() if t != pad],
+                   greedy.tokens[batch["id"][0].item()])
+        for batch in batches])
+    table = []
+    for low, high in zip(bins, bins[1:]):
+        in_bin = (ratios >= low) & (ratios < high)
+        if not in_bin.any():
+            continue
+        entry = {"edit_ratio": f"[{low:g}, {high:g})", "sentences": int(in_bin.sum())}
+        for row in rows:
+            if row["algorithm"] != FAIRSEQ_GREEDY:
+                entry[row["algorithm"]] = float(np.mean(np.array(row["per_batch_speedup_vs_greedy"])[in_bin]))
+        table.append(entry)
+    return ratios, table
+
+
+def edit_ratio_table(by_edit_ratio):
+    algorithms = [key for key in by_edit_ratio[0] if key not in ("edit_ratio", "sentences")]
+    lines = ["Mean per-sentence speedup over fairseq greedy by edit ratio of the greedy output:", "",
+             "| edit ratio | sentences | " + " | ".join(algorithms) + " |",
+             "|---|---:|" + "---:|" * len(algorithms)]
+    for entry in by_edit_ratio:
+        lines.append(f"| {entry['edit_ratio']} | {entry['sentences']} | "
+                     + " | ".join(f"{entry[a]:.2f}x" for a in algorithms) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_edit_ratio(ratios, rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for row in rows:
+        if row["algorithm"] != FAIRSEQ_GREEDY:
+            ax.scatter(ratios, row["per_batch_speedup_vs_greedy"], s=6, alpha=0.4, label=row["algorithm"])
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("edit ratio of the greedy output (token edits / source tokens)")
+    ax.set_ylabel("speedup over fairseq greedy (per sentence)")
+    ax.legend(fontsize=8, markerscale=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv=None):
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
@@ -336,8 +406,14 @@ def main(argv=None):
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = markdown_table(rows, args, meta)
+    report = {"meta": meta, "results": rows}
+    if args.edit_ratio:
+        ratios, by_edit_ratio = speedup_by_edit_ratio(runs, batches, rows, task.source_dictionary.pad())
+        report["speedup_by_edit_ratio"] = by_edit_ratio
+        table += "\n" + edit_ratio_table(by_edit_ratio)
+        plot_edit_ratio(ratios, rows, out_dir / f"{args.name}_edit_ratio.png")
     (out_dir / f"{args.name}.md").write_text(table, encoding="utf-8")
-    (out_dir / f"{args.name}.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=1))
+    (out_dir / f"{args.name}.json").write_text(json.dumps(report, indent=1))
     plot_speedups(rows, out_dir / f"{args.name}.png", args.batch_size)
     print(table)
     print(f"written: {out_dir / args.name}.{{md,json,png}}")

@@ -1,4 +1,6 @@
-"""Parallel decoding: every algorithm is a decoder run by ``ParallelDecodingGenerator`` over the
-shared ``Verifier``; importing a decoder module registers its ``--gen-algo`` name."""
-from pardec_fairseq.decoding import greedy  # noqa: F401  (registers "greedy")
-from pardec_fairseq.decoding.registry import DECODERS, build_generator  # noqa: F401
+"""Parallel decoding: every algorithm is the draft -> verify -> accept engine (``engine``) around a
+drafter (``drafters``), the verifier pass (``verifier``), an acceptance rule (``acceptance``) and
+the cache rollback (``cache``); importing ``algorithms`` registers the ``--gen-algo`` names."""
+from pardec_fairseq.decoding import algorithms  # noqa: F401  (registers the --gen-algo names)
+from pardec_fairseq.decoding.config import DecodingConfig  # noqa: F401
+from pardec_fairseq.decoding.registry import ALGORITHMS, build_generator  # noqa: F401

@@ -21,6 +21,8 @@ class DecodedSentence:
     cumulative_scores: Tensor
     iterations: int
     seconds: float
+    drafted: int = 0  # drafted tokens the verifier checked
+    accepted_drafts: int = 0  # of those, the ones kept
 
 
 class ParallelDecodingGenerator:
@@ -75,7 +77,8 @@ class ParallelDecodingGenerator:
         ids = sample["id"].tolist() if "id" in sample else range(len(sentences))
         self.stats.add_batch(
             [
-                SentenceStats(int(i), int(n), len(s.tokens), s.iterations, s.seconds)
+                SentenceStats(int(i), int(n), len(s.tokens), s.iterations, s.seconds, s.drafted,
+                              s.accepted_drafts)
                 for i, n, s in zip(ids, src_lengths, sentences)
             ],
             seconds,

@@ -63,14 +63,15 @@ class DecodingOptions:
             )
         return max_len
 
-    def apply_length_limits(self, lprobs, step, max_len, eos):
-        """Force EOS at the maximum length and forbid it before the minimum, as fairseq does."""
-        if step >= max_len:
-            eos_lprobs = lprobs[:, eos].clone()
-            lprobs.fill_(-math.inf)
-            lprobs[:, eos] = eos_lprobs
-        elif step < self.min_len:
-            lprobs[:, eos] = -math.inf
+    def apply_length_limits(self, lprobs, steps, max_len, eos):
+        """Force EOS at the maximum length and forbid it before the minimum, as fairseq does.
+        ``lprobs``: ``[rows, n, vocab]`` for the fairseq steps ``steps`` ``[rows, n]``."""
+        at_max = steps >= max_len
+        if bool(at_max.any()):
+            eos_lprobs = lprobs[..., eos].clone()
+            lprobs.masked_fill_(at_max.unsqueeze(-1), -math.inf)
+            lprobs[..., eos] = eos_lprobs
+        lprobs[..., eos] = lprobs[..., eos].masked_fill(steps < self.min_len, -math.inf)
         return lprobs
 
     def final_score(self, cumulative_score: torch.Tensor, length: int):

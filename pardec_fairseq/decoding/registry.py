@@ -1,21 +1,30 @@
-"""``--gen-algo`` names and the decoders behind them, in the style of fairseq's registries."""
+"""``--gen-algo`` names and the drafters behind them, in the style of fairseq's registries. Every
+algorithm is the shared engine around a drafter, with the acceptance rule of ``--acceptance``."""
+from pardec_fairseq.decoding.acceptance import build_acceptance
+from pardec_fairseq.decoding.config import decoding_config
+from pardec_fairseq.decoding.engine import DraftVerifyDecoder
 from pardec_fairseq.decoding.generator import ParallelDecodingGenerator
 from pardec_fairseq.decoding.options import DecodingOptions
 
-DECODERS = {}
+ALGORITHMS = {}
 
 
 def register_algorithm(name):
-    def register(cls):
-        if name in DECODERS:
+    """Register ``build_drafter(cfg, src_dict, tgt_dict, max_positions) -> Drafter`` as ``name``."""
+
+    def register(build_drafter):
+        if name in ALGORITHMS:
             raise ValueError(f"--gen-algo {name} is registered twice")
-        DECODERS[name] = cls
-        return cls
+        ALGORITHMS[name] = build_drafter
+        return build_drafter
 
     return register
 
 
-def build_generator(algorithm, models, tgt_dict, generation_args, task_cfg, stats_path=None):
+def build_generator(algorithm, models, tgt_dict, generation_args, task_cfg, stats_path=None, src_dict=None):
     options = DecodingOptions.from_generation_args(generation_args, algorithm)
-    decoder = DECODERS[algorithm](tgt_dict, options, task_cfg)
+    cfg = decoding_config(task_cfg)
+    max_positions = min(model.max_decoder_positions() for model in models)
+    drafter = ALGORITHMS[algorithm](cfg, src_dict if src_dict is not None else tgt_dict, tgt_dict, max_positions)
+    decoder = DraftVerifyDecoder(drafter, build_acceptance(cfg), tgt_dict, options)
     return ParallelDecodingGenerator(algorithm, decoder, models, tgt_dict, options, stats_path)

@@ -11,6 +11,8 @@ class SentenceStats:
     hyp_len: int  # output tokens, end-of-sentence included
     iterations: int  # verifier forward passes while this sentence was decoding
     seconds: float  # from the start of its batch (encoder included) to its last token
+    drafted: int = 0  # drafted tokens the verifier checked
+    accepted_drafts: int = 0  # of those, the ones kept
 
 
 @dataclass
@@ -36,6 +38,12 @@ class DecodingStats:
         """Tokens per verifier pass: 1.0 for greedy, higher when drafts are accepted."""
         return self.tokens / self.iterations if self.iterations else 0.0
 
+    @property
+    def draft_acceptance(self):
+        """Share of drafted tokens kept (0.0 when nothing was drafted)."""
+        drafted = sum(s.drafted for s in self.per_sentence)
+        return sum(s.accepted_drafts for s in self.per_sentence) / drafted if drafted else 0.0
+
     def add_batch(self, sentences: List[SentenceStats], seconds: float):
         self.per_sentence.extend(sentences)
         self.wall_seconds += seconds
@@ -47,6 +55,7 @@ class DecodingStats:
             "tokens": self.tokens,
             "iterations": self.iterations,
             "mean_accepted": self.mean_accepted,
+            "draft_acceptance": self.draft_acceptance,
             "wall_seconds": self.wall_seconds,
             "per_sentence": [asdict(s) for s in sorted(self.per_sentence, key=lambda s: s.id)],
         }

@@ -1,15 +1,24 @@
 """The verifier: the autoregressive model (or ensemble) whose greedy output every algorithm keeps.
 
-It owns the encoder outputs and the incremental decoder cache of one batch, scores the next
-position with exactly fairseq's arithmetic (``EnsembleModel.forward_decoder``, NaN and pad
-masking, unknown-word penalty), and drops finished rows from its caches.
+One pass scores several new target tokens at once, reusing the incremental cache of the accepted
+prefix: it runs the modules of a stock fairseq ``TransformerDecoder`` with per-row positions and a
+causal mask over the new tokens, where fairseq's own ``extract_features_scriptable`` would embed
+only the last token. The log-probabilities follow ``EnsembleModel.forward_decoder`` and
+``SequenceGenerator`` (temperature, ensemble average, NaN, pad and unknown-word handling), so a
+one-token pass gives fairseq's numbers.
 """
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+import torch
+import torch.nn.functional as F
+from fairseq.models.transformer import TransformerDecoderBase
+from fairseq.modules import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
 from fairseq.sequence_generator import EnsembleModel
 from torch import Tensor
+
+from pardec_fairseq.decoding import cache as cache_rollback
 
 
 @dataclass
@@ -20,11 +29,45 @@ class VerifierCache:
     incremental_states: List[Dict[str, Dict[str, Optional[Tensor]]]]
 
 
+def check_decoder(decoder):
+    """Refuse, at start, decoders whose arithmetic the multi-token pass does not reproduce."""
+    problem = None
+    if not isinstance(decoder, TransformerDecoderBase):
+        problem = f"a {type(decoder).__name__} decoder (a fairseq TransformerDecoder is needed)"
+    elif decoder.adaptive_softmax is not None:
+        problem = "an adaptive softmax output layer"
+    elif decoder.cross_self_attention:
+        problem = "cross self-attention"
+    elif decoder.embed_positions is not None and not isinstance(
+            decoder.embed_positions, (LearnedPositionalEmbedding, SinusoidalPositionalEmbedding)):
+        problem = f"{type(decoder.embed_positions).__name__} positions"
+    if problem:
+        raise ValueError(f"the plugin's --gen-algo scores several tokens per pass and does not support "
+                         f"models with {problem}; use --gen-algo fairseq for this model")
+
+
+def embed_positions(module, positions: Tensor) -> Tensor:
+    """Positional embeddings at explicit fairseq positions (``pad + 1 + index``), one per token."""
+    if isinstance(module, SinusoidalPositionalEmbedding):
+        weights = module.weights
+        needed = int(positions.max()) + 1
+        if needed > weights.size(0):  # fairseq extends the table on the fly in the same way
+            weights = SinusoidalPositionalEmbedding.get_embedding(
+                needed, module.embedding_dim, module.padding_idx).to(weights)
+        return weights.index_select(0, positions.reshape(-1)).view(*positions.shape, -1)
+    return F.embedding(positions, module.weight, module.padding_idx, module.max_norm, module.norm_type,
+                       module.scale_grad_by_freq, module.sparse)
+
+
 class Verifier:
     def __init__(self, models, tgt_dict, options):
         self.ensemble = EnsembleModel(models)
         if not self.ensemble.has_incremental_states():
             raise ValueError("the plugin's generators need models with incremental (cached) decoders")
+        for model in models:
+            check_decoder(model.decoder)
+        self.decoders = [model.decoder for model in models]
+        self.self_attentions = [cache_rollback.self_attention_modules(decoder) for decoder in self.decoders]
         self.options = options
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
 
@@ -35,15 +78,68 @@ class Verifier:
         encoder_outs = self.ensemble.forward_encoder(net_input)
         return VerifierCache(encoder_outs, [{} for _ in range(self.ensemble.models_size)])
 
-    def next_log_probs(self, cache: VerifierCache, prefix: Tensor) -> Tensor:
-        """Log-probabilities ``[rows, vocab]`` of the position after ``prefix`` (BOS included)."""
-        lprobs, _ = self.ensemble.forward_decoder(
-            prefix, cache.encoder_outs, cache.incremental_states, self.options.temperature
-        )
+    def score(self, cache: VerifierCache, tokens: Tensor, first_index: Tensor) -> Tensor:
+        """Log-probabilities ``[rows, n, vocab]`` of the positions after each of ``tokens``
+        ``[rows, n]``, where ``tokens[r, 0]`` sits at output index ``first_index[r]`` (BOS = 0) and
+        the cache holds each row's tokens before it. The new tokens enter the cache."""
+        positions = self.pad + 1 + first_index.unsqueeze(1) + torch.arange(tokens.size(1), device=tokens.device)
+        # filler after a row's own draft may pass the last position; its outputs are never used
+        positions.clamp_(max=self.pad + self.max_decoder_positions())
+        log_probs = []
+        for decoder, encoder_out, incremental_state in zip(
+                self.decoders, cache.encoder_outs, cache.incremental_states):
+            features = self._features(decoder, tokens, positions, encoder_out, incremental_state)
+            logits = decoder.output_layer(features).div_(self.options.temperature)
+            log_probs.append(decoder.get_normalized_probs((logits, None), log_probs=True, sample=None))
+        if len(log_probs) == 1:
+            lprobs = log_probs[0]
+        else:
+            lprobs = torch.logsumexp(torch.stack(log_probs, dim=0), dim=0) - math.log(len(log_probs))
         lprobs[lprobs != lprobs] = -math.inf
-        lprobs[:, self.pad] = -math.inf
-        lprobs[:, self.unk] -= self.options.unk_penalty
+        lprobs[..., self.pad] = -math.inf
+        lprobs[..., self.unk] -= self.options.unk_penalty
         return lprobs
+
+    @staticmethod
+    def _features(decoder, tokens, positions, encoder_out, incremental_state):
+        """``TransformerDecoderBase.extract_features_scriptable`` for n new tokens at once."""
+        enc = encoder_out["encoder_out"][0] if len(encoder_out["encoder_out"]) > 0 else None
+        enc_padding = (encoder_out["encoder_padding_mask"][0]
+                       if len(encoder_out["encoder_padding_mask"]) > 0 else None)
+        x = decoder.embed_scale * decoder.embed_tokens(tokens)
+        if decoder.quant_noise is not None:
+            x = decoder.quant_noise(x)
+        if decoder.project_in_dim is not None:
+            x = decoder.project_in_dim(x)
+        if decoder.embed_positions is not None:
+            x += embed_positions(decoder.embed_positions, positions)
+        if decoder.layernorm_embedding is not None:
+            x = decoder.layernorm_embedding(x)
+        x = decoder.dropout_module(x).transpose(0, 1)
+
+        n = tokens.size(1)
+        self_attn_mask = None
+        if n > 1:  # new token j sees the cache and new tokens up to j
+            cached = Verifier._cached_length(decoder, incremental_state)
+            self_attn_mask = torch.triu(x.new_full((n, cached + n), -math.inf), diagonal=cached + 1)
+        for layer in decoder.layers:
+            x, _, _ = layer(x, enc, enc_padding, incremental_state, self_attn_mask=self_attn_mask,
+                            self_attn_padding_mask=None)
+        if decoder.layer_norm is not None:
+            x = decoder.layer_norm(x)
+        x = x.transpose(0, 1)
+        if decoder.project_out_dim is not None:
+            x = decoder.project_out_dim(x)
+        return x
+
+    @staticmethod
+    def _cached_length(decoder, incremental_state):
+        buffer = decoder.layers[0].self_attn._get_input_buffer(incremental_state)
+        return buffer["prev_key"].size(2) if "prev_key" in buffer else 0
+
+    def rollback(self, cache: VerifierCache, valid: Tensor, kept: Tensor, new_columns: int):
+        """After a pass of ``new_columns`` tokens, keep the first ``kept[r]`` of them for row ``r``."""
+        cache_rollback.rollback(self.self_attentions, cache.incremental_states, valid, kept, new_columns)
 
     def keep_rows(self, cache: VerifierCache, rows: Tensor):
         """Keep only ``rows`` (indices into the current batch) in every cache."""

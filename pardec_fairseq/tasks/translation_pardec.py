@@ -13,19 +13,22 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from pardec_fairseq.decoding import DECODERS, build_generator
+from pardec_fairseq.decoding import ALGORITHMS, DecodingConfig, build_generator
 
 FAIRSEQ_SEARCH = "fairseq"
-GEN_ALGO_CHOICES = ChoiceEnum([FAIRSEQ_SEARCH, *DECODERS])
+GEN_ALGO_CHOICES = ChoiceEnum([FAIRSEQ_SEARCH, *ALGORITHMS])
 
 
 @dataclass
-class TranslationPardecConfig(TranslationConfig):
+class TranslationPardecConfig(TranslationConfig, DecodingConfig):
     gen_algo: GEN_ALGO_CHOICES = field(
         default=FAIRSEQ_SEARCH,
         metadata={
             "help": "decoding algorithm: 'fairseq' is fairseq's own SequenceGenerator (beam search, "
-            "sampling, ...); 'greedy' is the plugin's reference greedy decoder, identical to --beam 1"
+            "sampling, ...); the others draft, verify and accept on the model: 'greedy' (one token per "
+            "pass), 'iad' (input-guided aggressive decoding: drafts by copying the source), 'jacobi', "
+            "'gs-jacobi', 'hybrid-jacobi' (Jacobi iteration, whole output or blocks); with the default "
+            "--acceptance exact all of them output exactly what --beam 1 outputs"
         },
     )
     pardec_stats: Optional[str] = field(
@@ -74,4 +77,4 @@ class TranslationPardecTask(TranslationTask):
         if extra or seq_gen_cls is not None or prefix_allowed_tokens_fn is not None:
             raise ValueError(f"--gen-algo {algorithm} cannot take generator options {sorted(extra)}")
         return build_generator(algorithm, models, self.target_dictionary, args, self.cfg,
-                               stats_path=self.cfg.pardec_stats)
+                               stats_path=self.cfg.pardec_stats, src_dict=self.source_dictionary)

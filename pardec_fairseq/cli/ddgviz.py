@@ -1,0 +1,229 @@
+"""DDGviz: how Jacobi decoding reaches the greedy output, one picture per sentence.
+
+For each chosen sentence it runs a Jacobi algorithm and records every iterate: the verifier's
+prediction at each output position and its probability. It writes
+- ``ddg_ID.png``: a heatmap, iteration x position, cell = probability of the iterate's token, a
+  dot where the token already equals the greedy output, a frame where it became final;
+- ``ddg_ID.html``: the iterates as text and the decoding dependency graph: each token placed at
+  the iteration that fixed it, tokens fixed by the same pass grouped, each linked to the token it
+  was conditioned on.
+"""
+import argparse
+import html
+import logging
+from argparse import Namespace
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List
+
+import torch
+
+from pardec_fairseq.cli.bench import load_task_and_models
+from pardec_fairseq.decoding import build_generator
+from pardec_fairseq.decoding.config import DecodingConfig
+from pardec_fairseq.decoding.drafters import Drafter
+
+JACOBI_ALGORITHMS = ["jacobi", "gs-jacobi", "hybrid-jacobi"]
+
+
+@dataclass
+class Iterate:
+    """One verifier pass: where the accepted prefix ended and what the verifier predicted after it."""
+
+    start: int  # output index of the first prediction (accepted tokens before it)
+    tokens: List[int]
+    probabilities: List[float]
+    kept: int  # predictions that became final in this pass
+
+
+@dataclass
+class Trace:
+    iterates: List[Iterate] = field(default_factory=list)
+
+
+class TracingDrafter(Drafter):
+    """Wraps a drafter and records, for row 0 of each batch, every iterate the verifier produced."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.trace = Trace()
+
+    def begin(self, net_input, max_len):
+        if net_input["src_tokens"].size(0) != 1:
+            raise ValueError("DDGviz traces one sentence per batch")
+        self.trace = Trace()
+        self.inner.begin(net_input, max_len)
+
+    def propose(self, state):
+        return self.inner.propose(state)
+
+    def update(self, lprobs, verdict, state):
+        probabilities, tokens = lprobs[0].exp().max(-1)
+        self.trace.iterates.append(Iterate(start=int(state.lengths[0]) + 1, tokens=tokens.tolist(),
+                                           probabilities=probabilities.tolist(),
+                                           kept=int(verdict.accepted[0]) + 1))
+        self.inner.update(lprobs, verdict, state)
+
+    def keep_rows(self, rows):
+        self.inner.keep_rows(rows)
+
+
+def iterate_matrix(trace: Trace, output: List[int]):
+    """[iterations, positions] probabilities (NaN where nothing was predicted), whether each
+    prediction equals the output, and the iteration at which each position became final."""
+    length = len(output)
+    probabilities = torch.full((len(trace.iterates), length), float("nan"))
+    correct = torch.zeros(len(trace.iterates), length, dtype=torch.bool)
+    fixed_at = [0] * length
+    for t, it in enumerate(trace.iterates):
+        for offset, (token, probability) in enumerate(zip(it.tokens, it.probabilities)):
+            position = it.start - 1 + offset  # 0-based output position
+            if position >= length:
+                break
+            probabilities[t, position] = probability
+            correct[t, position] = token == output[position]
+            if offset < it.kept:
+                fixed_at[position] = t
+    return probabilities, correct, fixed_at
+
+
+def plot_heatmap(trace, output, labels, path, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    probabilities, correct, fixed_at = iterate_matrix(trace, output)
+    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(output) + 2), max(3, 0.4 * len(trace.iterates) + 1.5)))
+    image = ax.imshow(probabilities.numpy(), cmap="viridis", vmin=0, vmax=1, aspect="auto")
+    rows, cols = correct.nonzero(as_tuple=True)
+    ax.scatter(cols.numpy(), rows.numpy(), s=12, c="white", marker="o", label="equals the greedy output")
+    for position, t in enumerate(fixed_at):
+        ax.add_patch(plt.Rectangle((position - 0.5, t - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
+    ax.set_xticks(range(len(output)), labels, rotation=70, fontsize=8)
+    ax.set_yticks(range(len(trace.iterates)))
+    ax.set_xlabel("output position (greedy output)")
+    ax.set_ylabel("iteration")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper right", fontsize=7, handles=[
+        ax.collections[0], plt.Rectangle((0, 0), 1, 1, fill=False, edgecolor="red", label="became final")])
+    fig.colorbar(image, ax=ax, label="probability of the iterate's token")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def dependency_graph_svg(output_labels, fixed_at):
+    """Tokens at (position, iteration fixed); one box per pass around what it fixed; an arrow from
+    each token to the next, which was conditioned on it."""
+    step_x, step_y, pad = 90, 60, 40
+    iterations = max(fixed_at) + 1
+    width, height = pad * 2 + step_x * len(output_labels), pad * 2 + step_y * iterations
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" '
+             f'font-size="12"><defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="8" refY="4" '
+             f'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#555"/></marker></defs>']
+    for t in range(iterations):
+        members = [p for p, f in enumerate(fixed_at) if f == t]
+        if members:
+            x0, x1 = pad + step_x * members[0] - 38, pad + step_x * members[-1] + 38
+            y = pad + step_y * t - 18
+            parts.append(f'<rect x="{x0}" y="{y}" width="{x1 - x0}" height="36" rx="8" fill="#e8f0fe" '
+                         f'stroke="#4a7bd0"/><text x="4" y="{y + 22}" fill="#4a7bd0">{t}</text>')
+    centres = [(pad + step_x * p, pad + step_y * t) for p, t in enumerate(fixed_at)]
+    for (x0, y0), (x1, y1) in zip(centres, centres[1:]):
+        parts.append(f'<line x1="{x0 + 30}" y1="{y0}" x2="{x1 - 32}" y2="{y1}" stroke="#555" '
+                     f'marker-end="url(#arrow)"/>')
+    for (x, y), label in zip(centres, output_labels):
+        parts.append(f'<text x="{x}" y="{y + 4}" text-anchor="middle">{html.escape(label)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def write_html(trace, output, labels, symbol, path, title):
+    probabilities, correct, fixed_at = iterate_matrix(trace, output)
+    rows = []
+    for t, it in enumerate(trace.iterates):
+        cells = []
+        for position in range(len(output)):
+            if position < it.start - 1:
+                cells.append('<td class="kept"></td>')
+            elif torch.isnan(probabilities[t, position]):
+                cells.append("<td></td>")
+            else:
+                token = it.tokens[position - it.start + 1]
+                kind = "final" if fixed_at[position] == t else ("right" if correct[t, position] else "wrong")
+                cells.append(f'<td class="{kind}" title="p={probabilities[t, position]:.3f}">'
+                             f"{html.escape(symbol(token))}</td>")
+        rows.append(f"<tr><th>{t}</th>{''.join(cells)}</tr>")
+    header = "".join(f"<th>{html.escape(label)}</th>" for label in labels)
+    Path(path).write_text(f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>
+body {{ font-family: sans-serif; }} td, th {{ padding: 2px 6px; font-family: monospace; }}
+.final {{ background: #4a7bd0; color: white; }} .right {{ background: #cde8cd; }}
+.wrong {{ background: #f6d5d5; }} .kept {{ background: #eee; }}
+</style></head><body>
+<h2>{html.escape(title)}</h2>
+<p>{len(trace.iterates)} verifier passes for {len(output)} output tokens.</p>
+<h3>Decoding dependency graph</h3>
+<p>Each token sits at the iteration that fixed it; a box groups the tokens one pass fixed together;
+an arrow points from a token to the next one, whose prediction was conditioned on it.</p>
+{dependency_graph_svg(labels, fixed_at)}
+<h3>Iterates</h3>
+<p>Row t: the verifier's predictions in pass t. Blue: became final in this pass; green: already
+equal to the greedy output; red: not yet; grey: accepted before.</p>
+<table><tr><th>iteration</th>{header}</tr>{''.join(rows)}</table>
+</body></html>
+""", encoding="utf-8")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="pardec-ddgviz", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", help="binarized data folder")
+    parser.add_argument("--path", required=True, help="checkpoint of the autoregressive model")
+    parser.add_argument("--source-lang", "-s", required=True)
+    parser.add_argument("--target-lang", "-t", required=True)
+    parser.add_argument("--subset", default="test")
+    parser.add_argument("--ids", type=int, nargs="+", required=True, help="sentence ids to draw")
+    parser.add_argument("--gen-algo", default="jacobi", choices=JACOBI_ALGORITHMS)
+    parser.add_argument("--jacobi-block-size", type=int, default=DecodingConfig.jacobi_block_size)
+    parser.add_argument("--jacobi-parallel-length", type=int, default=None)
+    parser.add_argument("--max-len-a", type=float, default=1.2)
+    parser.add_argument("--max-len-b", type=int, default=10)
+    parser.add_argument("--out-dir", default="ddgviz")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    task, models = load_task_and_models(args, torch.device("cpu"))
+    task.load_dataset(args.subset)
+    dataset = task.dataset(args.subset)
+    tgt_dict = task.target_dictionary
+    decoding = DecodingConfig(jacobi_block_size=args.jacobi_block_size,
+                              jacobi_parallel_length=args.jacobi_parallel_length)
+    generation = Namespace(max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=1, unkpen=0.0,
+                           lenpen=1.0, temperature=1.0)
+    generator = build_generator(args.gen_algo, models, tgt_dict, generation, decoding,
+                                src_dict=task.source_dictionary)
+    tracer = generator.decoder.drafter = TracingDrafter(generator.decoder.drafter)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for sentence_id in args.ids:
+        if not 0 <= sentence_id < len(dataset):
+            raise SystemExit(f"error: --ids {sentence_id}: the {args.subset} split has ids 0..{len(dataset) - 1}")
+        sample = dataset.collater([dataset[sentence_id]])
+        with torch.no_grad():
+            output = generator.generate(models, sample)[0][0]["tokens"].tolist()
+        labels = [tgt_dict[t] for t in output]
+        source = task.source_dictionary.string(sample["net_input"]["src_tokens"][0])
+        title = f"{args.gen_algo}, {args.subset} sentence {sentence_id}: {source}"
+        plot_heatmap(tracer.trace, output, labels, out_dir / f"ddg_{sentence_id}.png", title)
+        write_html(tracer.trace, output, labels, lambda t: tgt_dict[t], out_dir / f"ddg_{sentence_id}.html", title)
+        print(f"sentence {sentence_id}: {len(tracer.trace.iterates)} iterations for {len(output)} tokens -> "
+              f"{out_dir}/ddg_{sentence_id}.png, .html")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Acceptance rules: which prefix of a draft to keep after the verifier scored it.
+
+Every rule returns, per row, the number of drafted tokens kept, then the verifier's own token at
+the first rejected position (or after the last drafted one), so each pass yields at least one
+token. ``ExactAcceptance`` is lossless; the relaxed rules trade fidelity for longer blocks.
+"""
+import math
+
+import torch
+
+from pardec_fairseq.decoding.proposals import Proposal, Verdict
+
+
+def drafted_mask(proposal: Proposal):
+    return torch.arange(proposal.tokens.size(1), device=proposal.tokens.device) < proposal.lengths.unsqueeze(1)
+
+
+class ExactAcceptance:
+    """Keep drafted tokens while they equal the verifier's greedy choice (lossless).
+
+    The choice at each position is ranked exactly as fairseq's beam search with beam 1 ranks it:
+    ``topk`` over the running cumulative score plus the new log-probabilities, so near-ties
+    resolve as in ``SequenceGenerator``. The running score is a sequential float sum, hence the
+    loop over draft positions (vectorised over rows); it stops once every row has rejected."""
+
+    lossless = True
+
+    def accept(self, proposal: Proposal, lprobs, cumulative_before) -> Verdict:
+        rows, n, vocab = lprobs.shape
+        tokens = proposal.tokens.new_zeros(rows, n)
+        cumulative = lprobs.new_full((rows, n), -math.inf)
+        drafted = drafted_mask(proposal)
+        match = torch.zeros_like(drafted)
+        matching = torch.ones(rows, dtype=torch.bool, device=lprobs.device)
+        running = cumulative_before
+        for j in range(n):
+            top_scores, top_tokens = torch.topk(lprobs[:, j] + running.unsqueeze(1), k=min(2, vocab - 1))
+            tokens[:, j] = top_tokens[:, 0]
+            cumulative[:, j] = running = top_scores[:, 0]
+            if j == n - 1:
+                break
+            matching = matching & drafted[:, j] & top_tokens[:, 0].eq(proposal.tokens[:, j])
+            match[:, j] = matching
+            if not bool(matching.any()):
+                break
+        return Verdict(accepted=match.long().cumprod(1).sum(1), tokens=tokens, cumulative=cumulative)
+
+
+def in_top_k(top_k):
+    """Stern et al. 5.1: the drafted token is among the verifier's ``top_k`` choices."""
+
+    def passes(draft, lprobs):
+        return lprobs.topk(min(top_k, lprobs.size(-1)), dim=-1).indices.eq(draft.unsqueeze(-1)).any(-1)
+
+    return passes
+
+
+def in_top_beta_within_tau(beta, tau):
+    """GAD++: among the verifier's top ``beta`` and at most ``tau`` below the top-1 log-probability."""
+
+    def passes(draft, lprobs):
+        top = lprobs.topk(min(beta, lprobs.size(-1)), dim=-1)
+        drafted_lprobs = lprobs.gather(-1, draft.unsqueeze(-1)).squeeze(-1)
+        return top.indices.eq(draft.unsqueeze(-1)).any(-1) & (drafted_lprobs >= top.values[..., 0] - tau)
+
+    return passes
+
+
+def within_distance(epsilon):
+    """Stern et al. 5.2: the token index is within ``epsilon`` of the verifier's (ordinal outputs)."""
+
+    def passes(draft, lprobs):
+        return (draft - lprobs.argmax(-1)).abs() <= epsilon
+
+    return passes
+
+
+def equals_top_one(draft, lprobs):
+    return draft.eq(lprobs.argmax(-1))
+
+
+class RelaxedAcceptance:
+    """Keep the longest drafted prefix whose every token ``passes``, and at least
+    ``min_block_size`` tokens per pass where the draft has them (Stern et al. 5.3)."""
+
+    lossless = False
+
+    def __init__(self, passes, min_block_size=1):
+        self.passes = passes
+        self.min_block_size = min_block_size
+
+    def accept(self, proposal: Proposal, lprobs, cumulative_before) -> Verdict:
+        k = proposal.tokens.size(1)
+        passes = self.passes(proposal.tokens, lprobs[:, :k]) & drafted_mask(proposal)
+        accepted = passes.long().cumprod(1).sum(1)
+        accepted = torch.maximum(accepted, proposal.lengths.clamp(max=self.min_block_size - 1))
+        positions = torch.arange(k + 1, device=lprobs.device)
+        drafted = torch.cat([proposal.tokens, proposal.tokens.new_zeros(proposal.tokens.size(0), 1)], 1)
+        tokens = torch.where(positions < accepted.unsqueeze(1), drafted, lprobs.argmax(-1))
+        token_lprobs = lprobs.gather(2, tokens.unsqueeze(2)).squeeze(2)
+        cumulative = cumulative_before.unsqueeze(1) + token_lprobs.cumsum(1)
+        return Verdict(accepted=accepted, tokens=tokens, cumulative=cumulative)
+
+
+def build_acceptance(cfg):
+    """The rule named by ``--acceptance`` with its parameters (see ``DecodingConfig``)."""
+    rule = getattr(cfg.acceptance, "value", cfg.acceptance)
+    if cfg.min_block_size < 1:
+        raise ValueError(f"--min-block-size must be at least 1 (got {cfg.min_block_size})")
+    if rule in ("top-k", "top-beta") and cfg.acceptance_top_k < 1:
+        raise ValueError(f"--acceptance-top-k must be at least 1 (got {cfg.acceptance_top_k})")
+    if rule == "exact":
+        if cfg.min_block_size == 1:
+            return ExactAcceptance()
+        return RelaxedAcceptance(equals_top_one, cfg.min_block_size)
+    if rule == "top-k":
+        passes = in_top_k(cfg.acceptance_top_k)
+    elif rule == "top-beta":
+        passes = in_top_beta_within_tau(cfg.acceptance_top_k, cfg.acceptance_tau)
+    elif rule == "distance":
+        passes = within_distance(cfg.acceptance_epsilon)
+    else:
+        raise ValueError(f"unknown --acceptance {rule!r}")
+    return RelaxedAcceptance(passes, cfg.min_block_size)

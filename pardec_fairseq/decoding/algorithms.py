@@ -1,0 +1,40 @@
+"""The algorithms that need no extra training: greedy, input-guided aggressive decoding and the
+Jacobi family. Each is a drafter registered under its ``--gen-algo`` name."""
+from pardec_fairseq.decoding.drafters import NoDraft
+from pardec_fairseq.decoding.drafters.input_copy import InputCopyDrafter
+from pardec_fairseq.decoding.drafters.jacobi import JacobiDrafter
+from pardec_fairseq.decoding.registry import register_algorithm
+
+
+@register_algorithm("greedy")
+def greedy(cfg, src_dict, tgt_dict, max_positions):
+    return NoDraft()
+
+
+@register_algorithm("iad")
+def input_guided_aggressive_decoding(cfg, src_dict, tgt_dict, max_positions):
+    return InputCopyDrafter(src_dict, tgt_dict, cfg.iad_min_ngram, cfg.iad_max_ngram)
+
+
+def jacobi_block_size(cfg, max_positions):
+    if cfg.jacobi_block_size >= max_positions:
+        raise ValueError(f"--jacobi-block-size {cfg.jacobi_block_size} does not fit the model's "
+                         f"{max_positions} target positions; use a block size below {max_positions}")
+    return cfg.jacobi_block_size
+
+
+@register_algorithm("jacobi")
+def parallel_jacobi(cfg, src_dict, tgt_dict, max_positions):
+    return JacobiDrafter(tgt_dict.pad())
+
+
+@register_algorithm("gs-jacobi")
+def gauss_seidel_jacobi(cfg, src_dict, tgt_dict, max_positions):
+    return JacobiDrafter(tgt_dict.pad(), jacobi_block_size(cfg, max_positions))
+
+
+@register_algorithm("hybrid-jacobi")
+def hybrid_jacobi(cfg, src_dict, tgt_dict, max_positions):
+    block_size = jacobi_block_size(cfg, max_positions)
+    parallel_length = cfg.jacobi_parallel_length
+    return JacobiDrafter(tgt_dict.pad(), block_size, 4 * block_size if parallel_length is None else parallel_length)

@@ -1,0 +1,55 @@
+"""The plugin's decoding options, as a fairseq dataclass: the task ``translation_pardec`` inherits
+them, so they are flags of ``fairseq-generate``, ``fairseq-interactive`` and ``fairseq-train``
+(for ``--eval-bleu``)."""
+from dataclasses import dataclass, field, fields
+from typing import Optional
+
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+
+ACCEPTANCE_CHOICES = ChoiceEnum(["exact", "top-k", "top-beta", "distance"])
+
+
+@dataclass
+class DecodingConfig(FairseqDataclass):
+    acceptance: ACCEPTANCE_CHOICES = field(
+        default="exact",
+        metadata={"help": "acceptance rule for drafted tokens: 'exact' keeps the verifier's greedy output "
+                  "(lossless); 'top-k' accepts a drafted token among the verifier's top --acceptance-top-k "
+                  "(Stern et al. 5.1); 'top-beta' among the top --acceptance-top-k whose log-probability is "
+                  "within --acceptance-tau of the best (GAD++); 'distance' when its index is within "
+                  "--acceptance-epsilon of the verifier's choice (Stern et al. 5.2, for ordinal vocabularies)"},
+    )
+    acceptance_top_k: int = field(
+        default=2, metadata={"help": "k of 'top-k' and beta of 'top-beta' acceptance"})
+    acceptance_tau: float = field(
+        default=1.0, metadata={"help": "'top-beta' acceptance: largest log-probability gap to the top-1"})
+    acceptance_epsilon: int = field(
+        default=0, metadata={"help": "'distance' acceptance: largest |drafted - chosen| token index gap"})
+    min_block_size: int = field(
+        default=1,
+        metadata={"help": "keep at least this many tokens per iteration, drafted ones included even when "
+                  "rejected (Stern et al. 5.3); above 1 the output is no longer the greedy output"},
+    )
+    iad_min_ngram: int = field(
+        default=1, metadata={"help": "iad: shortest output suffix matched against the source to re-enter "
+                             "aggressive decoding"})
+    iad_max_ngram: int = field(
+        default=3, metadata={"help": "iad: longest output suffix tried when shorter ones occur several times "
+                             "in the source (the reference code's 1..3)"})
+    jacobi_block_size: int = field(
+        default=4, metadata={"help": "gs-jacobi, hybrid-jacobi: tokens decoded in parallel per block"})
+    jacobi_parallel_length: Optional[int] = field(
+        default=None,
+        metadata={"help": "hybrid-jacobi: output tokens decoded by parallel blocks before it continues one "
+                  "token at a time (default: 4 blocks)"},
+    )
+
+
+def decoding_config(task_cfg) -> DecodingConfig:
+    """The decoding options of a task config (dataclass, omegaconf or argparse), defaults for the
+    rest and for ``None``."""
+    defaults = DecodingConfig()
+    return DecodingConfig(**{
+        f.name: getattr(task_cfg, f.name, getattr(defaults, f.name))
+        for f in fields(DecodingConfig) if not f.name.startswith("_")
+    })

@@ -1,0 +1,31 @@
+"""Drafters propose each row's next tokens; the engine verifies and accepts them.
+
+A drafter is one object per generator: ``begin`` sets it up for a batch, ``propose`` drafts from
+the accepted output so far, ``update`` sees the verifier's log-probabilities and the verdict of
+the pass (before the output advances), and ``keep_rows`` follows finished rows out of the batch.
+"""
+import torch
+
+from pardec_fairseq.decoding.proposals import Proposal
+
+
+class Drafter:
+    def begin(self, net_input, max_len):
+        pass
+
+    def propose(self, state) -> Proposal:
+        raise NotImplementedError
+
+    def update(self, lprobs, verdict, state):
+        pass
+
+    def keep_rows(self, rows):
+        pass
+
+
+class NoDraft(Drafter):
+    """Nothing to propose: every pass yields the verifier's next token (greedy decoding)."""
+
+    def propose(self, state) -> Proposal:
+        rows = state.lengths.size(0)
+        return Proposal(tokens=state.tokens.new_zeros(rows, 0), lengths=torch.zeros_like(state.lengths))

@@ -1,0 +1,50 @@
+"""Input-guided aggressive decoding's drafter (Ge et al.): copy the source.
+
+At the start the draft is the whole source. Later it is the source after the place the output's
+last tokens were copied from: the last ``n`` output tokens must occur exactly once in the source,
+trying ``n = min_ngram`` first and longer suffixes while the match is ambiguous, as the reference
+code does. No unique match, no draft: the pass then yields one token, and the next tries again.
+"""
+import torch
+
+from pardec_fairseq.decoding.drafters import Drafter
+from pardec_fairseq.decoding.proposals import Proposal
+
+
+class InputCopyDrafter(Drafter):
+    def __init__(self, src_dict, tgt_dict, min_ngram=1, max_ngram=3):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"iad needs 1 <= --iad-min-ngram <= --iad-max-ngram (got {min_ngram}, {max_ngram})")
+        self.min_ngram, self.max_ngram = min_ngram, max_ngram
+        self.pad = tgt_dict.pad()
+        # source token ids -> target token ids by symbol, so separate dictionaries work too
+        self.to_target = torch.tensor([tgt_dict.index(src_dict[i]) for i in range(len(src_dict))])
+        self.to_target[src_dict.pad()] = self.pad
+
+    def begin(self, net_input, max_len):
+        src_tokens = net_input["src_tokens"]
+        self.source = self.to_target.to(src_tokens.device)[src_tokens]
+        # index of each row's first source token (sources may be left-padded)
+        self.source_start = self.source.ne(self.pad).long().argmax(1)
+
+    def propose(self, state) -> Proposal:
+        lengths = state.lengths
+        width = self.source.size(1)
+        start = torch.where(lengths.eq(0), self.source_start, torch.full_like(lengths, width))
+        undecided = lengths.gt(0)
+        for n in range(self.min_ngram, min(self.max_ngram, width) + 1):
+            suffix_index = (lengths.unsqueeze(1) - n + 1 + torch.arange(n, device=lengths.device)).clamp(min=0)
+            suffix = state.tokens.gather(1, suffix_index)
+            hits = self.source.unfold(1, n, 1).eq(suffix.unsqueeze(1)).all(-1)  # [rows, windows]
+            count = hits.sum(1)
+            long_enough = lengths.ge(n)
+            unique = undecided & long_enough & count.eq(1)
+            start = torch.where(unique, hits.long().argmax(1) + n, start)
+            undecided = undecided & long_enough & count.gt(1)
+        draft_lengths = width - start
+        index = start.unsqueeze(1) + torch.arange(int(draft_lengths.max()), device=lengths.device)
+        tokens = self.source.gather(1, index.clamp(max=width - 1)).masked_fill_(index >= width, self.pad)
+        return Proposal(tokens=tokens, lengths=draft_lengths)
+
+    def keep_rows(self, rows):
+        self.source, self.source_start = self.source[rows], self.source_start[rows]

@@ -1,0 +1,129 @@
+"""The draft -> verify -> accept loop every algorithm of the plugin runs.
+
+Each iteration the drafter proposes up to ``k`` tokens per row; one verifier pass scores each
+row's last accepted token and its draft; the acceptance rule keeps a prefix of the draft plus the
+verifier's own token; the cache is rolled back to what each row kept. Rows accept different
+numbers of tokens, and rows that end leave the batch, so a sentence's output does not depend on
+its batch. Statistics are counted here, once for every algorithm.
+"""
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from pardec_fairseq.decoding.generator import DecodedSentence
+from pardec_fairseq.decoding.proposals import Proposal, Verdict
+
+
+@dataclass
+class DecodingState:
+    """The accepted output of the rows still decoding."""
+
+    max_len: int  # fairseq's output length limit: EOS is forced at output index max_len + 1
+    tokens: Tensor  # [rows, 2 * max_len + 2]: BOS, the accepted tokens, room for a batch-wide draft
+    cumulative: Tensor  # [rows, 2 * max_len + 2]: fairseq's cumulative score after each token (0 at BOS)
+    lengths: Tensor  # [rows] accepted tokens after BOS; the last one is not in the cache yet
+    rows: Tensor  # [rows] index of each row in the batch (on the CPU)
+    iterations: Tensor  # [rows] verifier passes so far
+    drafted: Tensor  # [rows] drafted tokens verified so far
+    accepted: Tensor  # [rows] drafted tokens accepted so far
+
+    @classmethod
+    def begin(cls, rows, max_len, bos, pad, device):
+        # a row's draft ends by output index max_len, but the batch's widest draft may pass its end
+        width = 2 * max_len + 2
+        tokens = torch.full((rows, width), pad, dtype=torch.long, device=device)
+        tokens[:, 0] = bos
+        zeros = torch.zeros(rows, dtype=torch.long, device=device)
+        return cls(max_len, tokens, torch.zeros(rows, width, device=device), zeros, torch.arange(rows),
+                   zeros.clone(), zeros.clone(), zeros.clone())
+
+    def last_tokens(self):
+        return self.tokens.gather(1, self.lengths.unsqueeze(1))
+
+    def last_cumulative(self):
+        return self.cumulative.gather(1, self.lengths.unsqueeze(1)).squeeze(1)
+
+    def advance(self, proposal: Proposal, verdict: Verdict, eos):
+        """Append what each row accepted; return which rows ended and their output lengths."""
+        n = verdict.tokens.size(1)
+        offsets = torch.arange(n, device=self.tokens.device)
+        new = offsets < (verdict.accepted + 1).unsqueeze(1)
+        index = self.lengths.unsqueeze(1) + 1 + offsets
+        for buffer, values in ((self.tokens, verdict.tokens), (self.cumulative, verdict.cumulative)):
+            buffer.scatter_(1, index, torch.where(new, values, buffer.gather(1, index)))
+        ends = new & verdict.tokens.eq(eos) & verdict.cumulative.ne(-math.inf)
+        done = ends.any(1)
+        output_lengths = self.lengths + 1 + torch.where(ends, offsets, n).min(1).values
+        self.lengths += verdict.accepted + 1
+        self.iterations += 1
+        self.drafted += proposal.lengths
+        self.accepted += verdict.accepted
+        # fairseq forces EOS at the length limit; a row whose EOS scored -inf ends there too
+        done |= self.lengths > self.max_len
+        output_lengths = torch.where(done & ~ends.any(1), self.lengths, output_lengths)
+        return done, output_lengths
+
+    def keep(self, keep: Tensor):
+        for name in ("tokens", "cumulative", "lengths", "iterations", "drafted", "accepted"):
+            setattr(self, name, getattr(self, name)[keep])
+        self.rows = self.rows[keep.cpu()]
+
+
+class DraftVerifyDecoder:
+    """An algorithm: a drafter and an acceptance rule around the shared verifier."""
+
+    def __init__(self, drafter, acceptance, tgt_dict, options):
+        self.drafter, self.acceptance, self.options = drafter, acceptance, options
+        self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
+
+    def decode(self, verifier, sample, bos_token=None):
+        start = time.perf_counter()
+        net_input = sample["net_input"]
+        src_tokens = net_input["src_tokens"]
+        max_len = self.options.max_len(src_tokens.size(1), verifier.max_decoder_positions())
+        cache = verifier.start(net_input)
+        state = DecodingState.begin(src_tokens.size(0), max_len, self.eos if bos_token is None else bos_token,
+                                    self.pad, src_tokens.device)
+        self.drafter.begin(net_input, max_len)
+        finished = [None] * src_tokens.size(0)
+        while True:
+            proposal = self._within_length_limit(self.drafter.propose(state), state, max_len)
+            n = proposal.tokens.size(1) + 1
+            lprobs = verifier.score(cache, torch.cat([state.last_tokens(), proposal.tokens], 1), state.lengths)
+            steps = state.lengths.unsqueeze(1) + torch.arange(n, device=lprobs.device)
+            lprobs = self.options.apply_length_limits(lprobs, steps, max_len, self.eos)
+            verdict = self.acceptance.accept(proposal, lprobs, state.last_cumulative())
+            verifier.rollback(cache, state.lengths, verdict.accepted + 1, n)
+            self.drafter.update(lprobs, verdict, state)
+            done, output_lengths = state.advance(proposal, verdict, self.eos)
+            if not bool(done.any()):
+                continue
+            self._finish(state, done, output_lengths, finished, time.perf_counter() - start)
+            keep = (~done).nonzero().squeeze(1)
+            if keep.numel() == 0:
+                return finished
+            state.keep(keep)
+            verifier.keep_rows(cache, keep)
+            self.drafter.keep_rows(keep)
+
+    @staticmethod
+    def _within_length_limit(proposal: Proposal, state: DecodingState, max_len) -> Proposal:
+        """Drafts never reach past the last output position fairseq allows."""
+        lengths = torch.minimum(proposal.lengths, max_len - state.lengths)
+        k = int(lengths.max())
+        return Proposal(tokens=proposal.tokens[:, :k], lengths=lengths)
+
+    @staticmethod
+    def _finish(state, done, output_lengths, finished, seconds):
+        rows = done.nonzero().squeeze(1)
+        for row, length, iterations, drafted, accepted in zip(
+                rows.tolist(), output_lengths[rows].tolist(), state.iterations[rows].tolist(),
+                state.drafted[rows].tolist(), state.accepted[rows].tolist()):
+            finished[state.rows[row]] = DecodedSentence(
+                tokens=state.tokens[row, 1: length + 1].clone(),
+                cumulative_scores=state.cumulative[row, 1: length + 1].clone(),
+                iterations=iterations, seconds=seconds, drafted=drafted, accepted_drafts=accepted,
+            )

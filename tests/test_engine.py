@@ -1,0 +1,215 @@
+"""The draft -> verify -> accept engine: long accepted drafts, rows that accept different amounts,
+the acceptance rules, and the drafters' proposals on hand-checked cases."""
+import argparse
+import math
+import random
+from types import SimpleNamespace
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pardec_fairseq.decoding.acceptance import (ExactAcceptance, RelaxedAcceptance, build_acceptance,
+                                                in_top_beta_within_tau, in_top_k, within_distance)
+from pardec_fairseq.decoding.config import DecodingConfig
+from pardec_fairseq.decoding.drafters import Drafter
+from pardec_fairseq.decoding.drafters.input_copy import InputCopyDrafter
+from pardec_fairseq.decoding.drafters.jacobi import JacobiDrafter
+from pardec_fairseq.decoding.engine import DraftVerifyDecoder
+from pardec_fairseq.decoding.generator import ParallelDecodingGenerator
+from pardec_fairseq.decoding.options import DecodingOptions
+from pardec_fairseq.decoding.proposals import Proposal, Verdict
+from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin
+from tiny import build_transformer, make_batch, make_dictionary
+
+
+class ReferenceDrafter(Drafter):
+    """Drafts the known output of each sentence, each drafted token replaced by a wrong one with
+    probability ``noise``: drafts are accepted for long stretches and rejected at random places."""
+
+    def __init__(self, references, block, noise, vocab, seed):
+        self.references, self.block, self.noise, self.vocab = references, block, noise, vocab
+        self.random = random.Random(seed)
+
+    def propose(self, state):
+        drafts = []
+        for row, length in zip(state.rows.tolist(), state.lengths.tolist()):
+            reference = self.references[row][length:length + self.block]
+            drafts.append([t if self.random.random() >= self.noise else self.random.randrange(4, self.vocab)
+                           for t in reference])
+        k = max(map(len, drafts))
+        tokens = torch.tensor([d + [1] * (k - len(d)) for d in drafts], dtype=torch.long).view(len(drafts), k)
+        return Proposal(tokens=tokens, lengths=torch.tensor([len(d) for d in drafts]))
+
+
+def run_engine(models, dictionary, batch, drafter, acceptance, **generation):
+    options = DecodingOptions(**generation)
+    generator = ParallelDecodingGenerator("test", DraftVerifyDecoder(drafter, acceptance, dictionary, options),
+                                          models, dictionary, options)
+    return generator.generate(models, batch), generator.stats
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), block=st.integers(1, 12), noise=st.sampled_from([0.0, 0.1, 0.4]),
+       eos_bias=st.floats(-1.0, 2.0),
+       batch=st.lists(st.lists(st.integers(4, 23), min_size=1, max_size=10), min_size=1, max_size=6))
+def test_long_accepted_drafts_and_uneven_rows_keep_the_greedy_output(seed, block, noise, eos_bias, batch):
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias)
+    collated = make_batch(dictionary, batch)
+    expected = fairseq_beam_one([model], dictionary, collated, max_len_b=30)
+    references = [h[0]["tokens"].tolist() for h in expected]
+    drafter = ReferenceDrafter(references, block, noise, len(dictionary), seed)
+    actual, stats = run_engine([model], dictionary, collated, drafter, ExactAcceptance(), max_len_b=30)
+    assert_same_hypotheses(expected, actual)
+    if noise == 0.0:  # every drafted token is right: block + 1 tokens per pass
+        assert stats.iterations == sum(math.ceil(len(r) / (block + 1)) for r in references)
+        assert stats.draft_acceptance == 1.0
+
+
+def test_relaxed_rules_keep_correct_drafts_and_minimum_blocks_force_wrong_ones():
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=4, eos_bias=0.5)
+    collated = make_batch(dictionary, [[4, 5, 6], [7, 8, 9, 10, 11]])
+    expected = fairseq_beam_one([model], dictionary, collated, max_len_b=20)
+    references = [h[0]["tokens"].tolist() for h in expected]
+    for rule in (RelaxedAcceptance(in_top_k(3)), RelaxedAcceptance(in_top_beta_within_tau(3, 1.0))):
+        actual, _ = run_engine([model], dictionary, collated, ReferenceDrafter(references, 4, 0.0, 20, 0),
+                               rule, max_len_b=20)
+        assert_same_hypotheses(expected, actual)
+
+    unk = dictionary.unk()
+
+    class UnknownWordDrafter(Drafter):  # drafts <unk> four times, which the penalty below rules out
+        def propose(self, state):
+            rows = state.lengths.size(0)
+            return Proposal(tokens=torch.full((rows, 4), unk), lengths=torch.full((rows,), 4))
+
+    actual, stats = run_engine([model], dictionary, collated, UnknownWordDrafter(),
+                               build_acceptance(DecodingConfig(min_block_size=3)), max_len_b=20, unk_penalty=100.0)
+    for hypos in actual:  # each pass keeps two drafted <unk>, then the verifier's token
+        tokens = hypos[0]["tokens"].tolist()
+        assert all(tokens[i:i + 2] == [unk, unk] and tokens[i + 2] != unk for i in range(0, len(tokens) - 2, 3))
+    assert stats.iterations == sum(math.ceil(len(h[0]["tokens"]) / 3) for h in actual)
+
+
+def test_acceptance_rules_on_hand_checked_scores():
+    #            position 0: best 5, then 6 (gap 0.5), 7 (gap 2.0); position 1: best 9
+    lprobs = torch.full((1, 3, 12), -20.0)
+    lprobs[0, 0, 5], lprobs[0, 0, 6], lprobs[0, 0, 7] = -0.1, -0.6, -2.1
+    lprobs[0, 1, 9], lprobs[0, 1, 8] = -0.2, -0.3
+    lprobs[0, 2, 3] = -0.05
+    draft = Proposal(tokens=torch.tensor([[6, 8]]), lengths=torch.tensor([2]))
+    zero = torch.zeros(1)
+
+    exact = ExactAcceptance().accept(draft, lprobs, zero)
+    assert exact.accepted.tolist() == [0] and exact.tokens[0, 0].item() == 5
+    assert exact.cumulative[0, 0].item() == torch.tensor(-0.1).item()
+    top_two = RelaxedAcceptance(in_top_k(2)).accept(draft, lprobs, zero)
+    assert top_two.accepted.tolist() == [2] and top_two.tokens[0].tolist() == [6, 8, 3]
+    torch.testing.assert_close(top_two.cumulative, torch.tensor([[-0.6, -0.9, -0.95]]))
+    assert RelaxedAcceptance(in_top_beta_within_tau(3, 0.4)).accept(draft, lprobs, zero).accepted.tolist() == [0]
+    assert RelaxedAcceptance(in_top_beta_within_tau(3, 0.6)).accept(draft, lprobs, zero).accepted.tolist() == [2]
+    far = Proposal(tokens=torch.tensor([[7, 9]]), lengths=torch.tensor([2]))
+    assert RelaxedAcceptance(in_top_beta_within_tau(3, 1.0)).accept(far, lprobs, zero).accepted.tolist() == [0]
+    assert RelaxedAcceptance(within_distance(2)).accept(far, lprobs, zero).accepted.tolist() == [2]
+    assert RelaxedAcceptance(within_distance(1)).accept(far, lprobs, zero).accepted.tolist() == [0]
+    short = Proposal(tokens=torch.tensor([[5, 9]]), lengths=torch.tensor([1]))  # the 9 is filler
+    assert ExactAcceptance().accept(short, lprobs, zero).accepted.tolist() == [1]
+
+
+def state_with_output(outputs, pad=1, bos=2):
+    """A decoding state whose rows have accepted ``outputs`` (lists of token ids)."""
+    width = max(map(len, outputs)) + 2
+    tokens = torch.full((len(outputs), width), pad)
+    tokens[:, 0] = bos
+    for row, output in enumerate(outputs):
+        tokens[row, 1:len(output) + 1] = torch.tensor(output, dtype=torch.long)
+    return SimpleNamespace(tokens=tokens, lengths=torch.tensor([len(o) for o in outputs]))
+
+
+def test_input_copy_drafts_after_a_unique_source_match():
+    dictionary = make_dictionary(20)
+    eos, pad = dictionary.eos(), dictionary.pad()
+    drafter = InputCopyDrafter(dictionary, dictionary, min_ngram=1, max_ngram=3)
+    #        source: 4 5 6 4 5 7 8 EOS (left-padded in its batch)
+    source = torch.tensor([[pad, 4, 5, 6, 4, 5, 7, 8, eos]] * 6)
+    drafter.begin({"src_tokens": source}, max_len=30)
+    proposal = drafter.propose(state_with_output([[], [6], [4, 5], [9, 4, 5, 7], [4, 9], [6, 4, 5]]))
+    drafts = [proposal.tokens[r, :n].tolist() for r, n in enumerate(proposal.lengths.tolist())]
+    assert drafts == [
+        [4, 5, 6, 4, 5, 7, 8, eos],  # nothing generated yet: the whole source
+        [4, 5, 7, 8, eos],  # "6" occurs once
+        [],  # "5" twice, "4 5" twice, "? 4 5" has too few tokens: no unique match
+        [8, eos],  # "7" occurs once
+        [],  # "9" does not occur
+        [7, 8, eos],  # "5", "4 5" twice; "6 4 5" once
+    ]
+    longer_only = InputCopyDrafter(dictionary, dictionary, min_ngram=2, max_ngram=2)
+    longer_only.begin({"src_tokens": source[:1]}, max_len=30)
+    assert longer_only.propose(state_with_output([[6]])).lengths.tolist() == [0]  # 1 token < 2
+
+
+def test_input_copy_maps_separate_dictionaries_by_symbol():
+    source_dict, target_dict = make_dictionary(20), make_dictionary(20)
+    target_dict.add_symbol("extra")
+    source_dict = make_dictionary(0)
+    for word in ("w7", "w3", "w5"):
+        source_dict.add_symbol(word)
+    drafter = InputCopyDrafter(source_dict, target_dict)
+    drafter.begin({"src_tokens": torch.tensor([[4, 5, 6, source_dict.eos()]])}, max_len=30)
+    proposal = drafter.propose(state_with_output([[]]))
+    assert [target_dict[t] for t in proposal.tokens[0].tolist()] == ["w7", "w3", "w5", "</s>"]
+
+
+def jacobi_pass(drafter, state, predictions, accepted):
+    """Feed the drafter one verifier pass whose argmax is ``predictions`` [rows, n]."""
+    lprobs = torch.nn.functional.one_hot(torch.tensor(predictions), 20).float()
+    verdict = Verdict(accepted=torch.tensor(accepted), tokens=None, cumulative=None)
+    drafter.update(lprobs, verdict, state)
+
+
+def test_jacobi_iterates_within_blocks_and_the_hybrid_goes_on_one_token_at_a_time():
+    pad = 1
+    drafter = JacobiDrafter(pad, block_size=3, parallel_length=5)
+    drafter.begin({"src_tokens": torch.zeros(1, 4, dtype=torch.long)}, max_len=30)
+    state = state_with_output([[]])
+    first = drafter.propose(state)
+    assert first.tokens.tolist() == [[pad] * 3] and first.lengths.tolist() == [3]  # indices 1..3
+    jacobi_pass(drafter, state, [[7, 8, 9, 10]], accepted=[0])  # only 7 is certain
+    state = state_with_output([[7]])
+    second = drafter.propose(state)  # the rest of the block, from the previous iterate
+    assert second.tokens.tolist() == [[8, 9]] and second.lengths.tolist() == [2]
+    jacobi_pass(drafter, state, [[8, 9, 11]], accepted=[2])  # converged, plus the next token
+    state = state_with_output([[7, 8, 9, 11]])
+    third = drafter.propose(state)  # a new block, cut at the parallel length 5
+    assert third.tokens.tolist() == [[pad]] and third.lengths.tolist() == [1]
+    state = state_with_output([[7, 8, 9, 11, 12, 13]])
+    assert drafter.propose(state).lengths.tolist() == [0]  # past it: one token per pass
+
+    whole = JacobiDrafter(pad)
+    whole.begin({"src_tokens": torch.zeros(2, 4, dtype=torch.long)}, max_len=6)
+    # one block over the whole output: as long as the limit allows from the start (the engine cuts
+    # each row's draft where its own output must end)
+    assert whole.propose(state_with_output([[], [5, 6]])).lengths.tolist() == [7, 7]
+
+
+def test_jacobi_with_parallel_length_zero_is_greedy():
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=8, eos_bias=0.5)
+    batch = make_batch(dictionary, [[4, 5, 6, 7], [8, 9]])
+    actual, stats = plugin("hybrid-jacobi", [model], dictionary, batch,
+                           DecodingConfig(jacobi_parallel_length=0), max_len_b=20)
+    assert_same_hypotheses(fairseq_beam_one([model], dictionary, batch, max_len_b=20), actual)
+    assert stats.iterations == stats.tokens
+
+
+def test_statistics_count_drafted_and_accepted_tokens():
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=9, eos_bias=-1.0)
+    batch = make_batch(dictionary, [[4, 5, 6, 7, 8, 9]])
+    _, stats = plugin("gs-jacobi", [model], dictionary, batch, DecodingConfig(jacobi_block_size=2), max_len_b=10)
+    sentence = stats.per_sentence[0]
+    assert sentence.drafted >= sentence.accepted_drafts >= 0
+    assert sentence.hyp_len == sentence.iterations + sentence.accepted_drafts
+    assert 0.0 <= stats.to_dict()["draft_acceptance"] <= 1.0
