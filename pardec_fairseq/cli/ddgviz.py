@@ -57,12 +57,12 @@ class TracingDrafter(Drafter):
     def propose(self, state):
         return self.inner.propose(state)
 
-    def update(self, lprobs, verdict, state):
-        probabilities, tokens = lprobs[0].exp().max(-1)
+    def update(self, scores, verdict, state):
+        probabilities, tokens = scores.all()[0].exp().max(-1)
         self.trace.iterates.append(Iterate(start=int(state.lengths[0]) + 1, tokens=tokens.tolist(),
                                            probabilities=probabilities.tolist(),
                                            kept=int(verdict.accepted[0]) + 1))
-        self.inner.update(lprobs, verdict, state)
+        self.inner.update(scores, verdict, state)
 
     def keep_rows(self, rows):
         self.inner.keep_rows(rows)

@@ -21,20 +21,22 @@ class ExactAcceptance:
     The choice at each position is ranked exactly as fairseq's beam search with beam 1 ranks it:
     ``topk`` over the running cumulative score plus the new log-probabilities, so near-ties
     resolve as in ``SequenceGenerator``. The running score is a sequential float sum, hence the
-    loop over draft positions (vectorised over rows); it stops once every row has rejected."""
+    loop over draft positions (vectorised over rows); it stops once every row has rejected, and
+    the verifier projects onto the vocabulary only the positions the loop reached."""
 
     lossless = True
 
-    def accept(self, proposal: Proposal, lprobs, cumulative_before) -> Verdict:
-        rows, n, vocab = lprobs.shape
+    def accept(self, proposal: Proposal, scores, cumulative_before) -> Verdict:
+        rows, n = proposal.tokens.size(0), proposal.tokens.size(1) + 1
         tokens = proposal.tokens.new_zeros(rows, n)
-        cumulative = lprobs.new_full((rows, n), -math.inf)
+        cumulative = cumulative_before.new_full((rows, n), -math.inf)
         drafted = drafted_mask(proposal)
         match = torch.zeros_like(drafted)
-        matching = torch.ones(rows, dtype=torch.bool, device=lprobs.device)
+        matching = torch.ones(rows, dtype=torch.bool, device=drafted.device)
         running = cumulative_before
         for j in range(n):
-            top_scores, top_tokens = torch.topk(lprobs[:, j] + running.unsqueeze(1), k=min(2, vocab - 1))
+            lprobs = scores.upto(j + 1)[:, j]
+            top_scores, top_tokens = torch.topk(lprobs + running.unsqueeze(1), k=min(2, lprobs.size(1) - 1))
             tokens[:, j] = top_tokens[:, 0]
             cumulative[:, j] = running = top_scores[:, 0]
             if j == n - 1:
@@ -89,7 +91,8 @@ class RelaxedAcceptance:
         self.passes = passes
         self.min_block_size = min_block_size
 
-    def accept(self, proposal: Proposal, lprobs, cumulative_before) -> Verdict:
+    def accept(self, proposal: Proposal, scores, cumulative_before) -> Verdict:
+        lprobs = scores.all()
         k = proposal.tokens.size(1)
         passes = self.passes(proposal.tokens, lprobs[:, :k]) & drafted_mask(proposal)
         accepted = passes.long().cumprod(1).sum(1)

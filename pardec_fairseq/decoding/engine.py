@@ -56,11 +56,12 @@ class DecodingState:
             buffer.scatter_(1, index, torch.where(new, values, buffer.gather(1, index)))
         ends = new & verdict.tokens.eq(eos) & verdict.cumulative.ne(-math.inf)
         done = ends.any(1)
-        output_lengths = self.lengths + 1 + torch.where(ends, offsets, n).min(1).values
+        first_end = torch.where(ends, offsets, n).min(1).values
+        output_lengths = self.lengths + 1 + first_end
         self.lengths += verdict.accepted + 1
         self.iterations += 1
         self.drafted += proposal.lengths
-        self.accepted += verdict.accepted
+        self.accepted += torch.minimum(verdict.accepted, first_end + 1)  # none after an EOS
         # fairseq forces EOS at the length limit; a row whose EOS scored -inf ends there too
         done |= self.lengths > self.max_len
         output_lengths = torch.where(done & ~ends.any(1), self.lengths, output_lengths)
@@ -92,12 +93,11 @@ class DraftVerifyDecoder:
         while True:
             proposal = self._within_length_limit(self.drafter.propose(state), state, max_len)
             n = proposal.tokens.size(1) + 1
-            lprobs = verifier.score(cache, torch.cat([state.last_tokens(), proposal.tokens], 1), state.lengths)
-            steps = state.lengths.unsqueeze(1) + torch.arange(n, device=lprobs.device)
-            lprobs = self.options.apply_length_limits(lprobs, steps, max_len, self.eos)
-            verdict = self.acceptance.accept(proposal, lprobs, state.last_cumulative())
+            scores = verifier.score(cache, torch.cat([state.last_tokens(), proposal.tokens], 1), state.lengths,
+                                    max_len)
+            verdict = self.acceptance.accept(proposal, scores, state.last_cumulative())
             verifier.rollback(cache, state.lengths, verdict.accepted + 1, n)
-            self.drafter.update(lprobs, verdict, state)
+            self.drafter.update(scores, verdict, state)
             done, output_lengths = state.advance(proposal, verdict, self.eos)
             if not bool(done.any()):
                 continue

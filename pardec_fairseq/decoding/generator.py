@@ -22,7 +22,7 @@ class DecodedSentence:
     iterations: int
     seconds: float
     drafted: int = 0  # drafted tokens the verifier checked
-    accepted_drafts: int = 0  # of those, the ones kept
+    accepted_drafts: int = 0  # of those, the ones in the output
 
 
 class ParallelDecodingGenerator:

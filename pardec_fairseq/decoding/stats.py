@@ -12,7 +12,7 @@ class SentenceStats:
     iterations: int  # verifier forward passes while this sentence was decoding
     seconds: float  # from the start of its batch (encoder included) to its last token
     drafted: int = 0  # drafted tokens the verifier checked
-    accepted_drafts: int = 0  # of those, the ones kept
+    accepted_drafts: int = 0  # of those, the ones in the output
 
 
 @dataclass

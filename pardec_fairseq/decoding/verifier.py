@@ -70,26 +70,33 @@ class Verifier:
         self.self_attentions = [cache_rollback.self_attention_modules(decoder) for decoder in self.decoders]
         self.options = options
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
+        self.max_positions = self.ensemble.max_decoder_positions()
 
     def max_decoder_positions(self):
-        return self.ensemble.max_decoder_positions()
+        return self.max_positions
 
     def start(self, net_input) -> VerifierCache:
         encoder_outs = self.ensemble.forward_encoder(net_input)
         return VerifierCache(encoder_outs, [{} for _ in range(self.ensemble.models_size)])
 
-    def score(self, cache: VerifierCache, tokens: Tensor, first_index: Tensor) -> Tensor:
-        """Log-probabilities ``[rows, n, vocab]`` of the positions after each of ``tokens``
-        ``[rows, n]``, where ``tokens[r, 0]`` sits at output index ``first_index[r]`` (BOS = 0) and
-        the cache holds each row's tokens before it. The new tokens enter the cache."""
-        positions = self.pad + 1 + first_index.unsqueeze(1) + torch.arange(tokens.size(1), device=tokens.device)
+    def score(self, cache: VerifierCache, tokens: Tensor, first_index: Tensor, max_len: int) -> "VerifierScores":
+        """Score the positions after each of ``tokens`` ``[rows, n]``, where ``tokens[r, 0]`` sits at
+        output index ``first_index[r]`` (BOS = 0) and the cache holds each row's tokens before it.
+        The new tokens enter the cache; fairseq's length rules for ``max_len`` apply."""
+        steps = first_index.unsqueeze(1) + torch.arange(tokens.size(1), device=tokens.device)
         # filler after a row's own draft may pass the last position; its outputs are never used
-        positions.clamp_(max=self.pad + self.max_decoder_positions())
+        positions = (self.pad + 1 + steps).clamp_(max=self.pad + self.max_positions)
+        features = [self._features(decoder, tokens, positions, encoder_out, incremental_state)
+                    for decoder, encoder_out, incremental_state in zip(
+                        self.decoders, cache.encoder_outs, cache.incremental_states)]
+        return VerifierScores(self, features, steps, max_len)
+
+    def log_probs(self, features: List[Tensor], steps: Tensor, max_len: int) -> Tensor:
+        """Log-probabilities ``[rows, m, vocab]`` from decoder features, with exactly the arithmetic
+        of ``EnsembleModel.forward_decoder`` and ``SequenceGenerator`` for fairseq steps ``steps``."""
         log_probs = []
-        for decoder, encoder_out, incremental_state in zip(
-                self.decoders, cache.encoder_outs, cache.incremental_states):
-            features = self._features(decoder, tokens, positions, encoder_out, incremental_state)
-            logits = decoder.output_layer(features).div_(self.options.temperature)
+        for decoder, x in zip(self.decoders, features):
+            logits = decoder.output_layer(x).div_(self.options.temperature)
             log_probs.append(decoder.get_normalized_probs((logits, None), log_probs=True, sample=None))
         if len(log_probs) == 1:
             lprobs = log_probs[0]
@@ -98,7 +105,7 @@ class Verifier:
         lprobs[lprobs != lprobs] = -math.inf
         lprobs[..., self.pad] = -math.inf
         lprobs[..., self.unk] -= self.options.unk_penalty
-        return lprobs
+        return self.options.apply_length_limits(lprobs, steps, max_len, self.eos)
 
     @staticmethod
     def _features(decoder, tokens, positions, encoder_out, incremental_state):
@@ -145,3 +152,28 @@ class Verifier:
         """Keep only ``rows`` (indices into the current batch) in every cache."""
         cache.encoder_outs = self.ensemble.reorder_encoder_out(cache.encoder_outs, rows)
         self.ensemble.reorder_incremental_state(cache.incremental_states, rows)
+
+
+class VerifierScores:
+    """The verifier's log-probabilities after each token of a pass, projected onto the vocabulary
+    only as far as asked: on a CPU the output projection costs about as much as the decoder
+    layers, and the positions after every row's first rejected token are never needed."""
+
+    def __init__(self, verifier: Verifier, features: List[Tensor], steps: Tensor, max_len: int):
+        self.verifier, self.features, self.steps, self.max_len = verifier, features, steps, max_len
+        self.positions = steps.size(1)
+        self.computed: Optional[Tensor] = None
+
+    def upto(self, end: int) -> Tensor:
+        """Log-probabilities ``[rows, >= end, vocab]`` of the first positions of the pass; more are
+        computed in chunks that double, so a long accepted draft costs few projections."""
+        done = 0 if self.computed is None else self.computed.size(1)
+        if end > done:
+            stop = min(self.positions, max(end, 2 * done, 4))
+            more = self.verifier.log_probs([x[:, done:stop] for x in self.features], self.steps[:, done:stop],
+                                           self.max_len)
+            self.computed = more if self.computed is None else torch.cat([self.computed, more], 1)
+        return self.computed
+
+    def all(self) -> Tensor:
+        return self.upto(self.positions)

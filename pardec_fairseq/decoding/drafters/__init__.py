@@ -1,8 +1,8 @@
 """Drafters propose each row's next tokens; the engine verifies and accepts them.
 
 A drafter is one object per generator: ``begin`` sets it up for a batch, ``propose`` drafts from
-the accepted output so far, ``update`` sees the verifier's log-probabilities and the verdict of
-the pass (before the output advances), and ``keep_rows`` follows finished rows out of the batch.
+the accepted output so far, ``update`` sees the verifier's scores (``VerifierScores``) and the verdict
+of the pass (before the output advances), and ``keep_rows`` follows finished rows out of the batch.
 """
 import torch
 
@@ -16,7 +16,7 @@ class Drafter:
     def propose(self, state) -> Proposal:
         raise NotImplementedError
 
-    def update(self, lprobs, verdict, state):
+    def update(self, scores, verdict, state):
         pass
 
     def keep_rows(self, rows):

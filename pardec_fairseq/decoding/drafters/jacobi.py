@@ -44,9 +44,9 @@ class JacobiDrafter(Drafter):
         tokens[:, :carried] = self.iterate[:, :carried].masked_fill(finished.unsqueeze(1), self.pad)
         return Proposal(tokens=tokens, lengths=draft_lengths)
 
-    def update(self, lprobs, verdict, state):
+    def update(self, scores, verdict, state):
         """The next iterate: the verifier's predictions after the newly accepted prefix."""
-        predictions = lprobs.argmax(-1)
+        predictions = scores.all().argmax(-1)
         n = predictions.size(1)
         index = verdict.accepted.unsqueeze(1) + 1 + torch.arange(n - 1, device=predictions.device)
         self.iterate = predictions.gather(1, index.clamp(max=n - 1)).masked_fill_(index >= n, self.pad)
