@@ -28,17 +28,25 @@ def fairseq_beam_one(toy_experiment):
     return result
 
 
-@pytest.mark.parametrize("batch_size", [50, 8, 1])
-def test_greedy_generate_equals_beam_one_on_every_sentence(toy_experiment, fairseq_beam_one, batch_size, tmp_path):
+@pytest.mark.parametrize("algorithm, batch_size", [("greedy", 50), ("greedy", 8), ("greedy", 1),
+                                                   ("iad", 50), ("iad", 1), ("jacobi", 16), ("gs-jacobi", 50),
+                                                   ("gs-jacobi", 1), ("hybrid-jacobi", 7)])
+def test_generate_equals_beam_one_on_every_sentence(toy_experiment, fairseq_beam_one, algorithm, batch_size,
+                                                    tmp_path):
     stats_path = tmp_path / "stats.json"
-    output = generate(toy_experiment, "--task", "translation_pardec", "--gen-algo", "greedy", "--batch-size", batch_size, "--pardec-stats", stats_path)
+    output = generate(toy_experiment, "--task", "translation_pardec", "--gen-algo", algorithm,
+                      "--batch-size", batch_size, "--pardec-stats", stats_path, "--jacobi-block-size", 3)
     assert hypotheses(output) == fairseq_beam_one
 
     stats = json.loads(stats_path.read_text())
-    assert stats["algo"] == "greedy" and stats["sentences"] == 100
-    assert stats["tokens"] == stats["iterations"] and stats["mean_accepted"] == 1.0
+    assert stats["algo"] == algorithm and stats["sentences"] == 100
     assert sorted(s["id"] for s in stats["per_sentence"]) == list(range(100))
-    assert all(s["hyp_len"] == s["iterations"] and s["seconds"] > 0 for s in stats["per_sentence"])
+    # each pass adds the verifier's own token, except a last pass that ends on a drafted EOS
+    assert all(s["hyp_len"] - s["accepted_drafts"] in (s["iterations"], s["iterations"] - 1) and s["seconds"] > 0
+               for s in stats["per_sentence"])
+    assert stats["mean_accepted"] == stats["tokens"] / stats["iterations"] >= 1.0
+    if algorithm == "greedy":
+        assert stats["tokens"] == stats["iterations"] and stats["draft_acceptance"] == 0.0
     assert stats["wall_seconds"] >= max(s["seconds"] for s in stats["per_sentence"])
 
 
