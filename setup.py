@@ -17,6 +17,7 @@ setup(
         "console_scripts": [
             "pardec-bench=pardec_fairseq.cli.bench:main",
             "pardec-ddgviz=pardec_fairseq.cli.ddgviz:main",
+            "pardec-pass-cost=pardec_fairseq.cli.pass_cost:main",
         ]
     },
 )

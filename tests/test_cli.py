@@ -95,3 +95,19 @@ def test_eval_bleu_uses_the_plugin_generator_and_its_checkpoint_resumes(toy_expe
     resumed = run_fairseq("train", *common, "--max-update", 4,
                           "--restore-file", tmp_path / "checkpoint_best.pt")
     assert "Loaded checkpoint" in resumed and "(epoch 1 @ 2 updates)" in resumed
+
+
+def test_relaxed_acceptance_flags_reach_the_generator(toy_experiment, tmp_path):
+    """--acceptance and its parameters are fairseq-generate flags; a relaxed rule keeps more drafted tokens."""
+    acceptance_rates = {}
+    for rule in ("exact", "top-k"):
+        stats_path = tmp_path / f"{rule}.json"
+        output = generate(toy_experiment, "--task", "translation_pardec", "--gen-algo", "gs-jacobi",
+                          "--jacobi-block-size", 4, "--acceptance", rule, "--acceptance-top-k", 20,
+                          "--batch-size", 16, "--pardec-stats", stats_path)
+        assert len(hypotheses(output)) == 100
+        acceptance_rates[rule] = json.loads(stats_path.read_text())["draft_acceptance"]
+    assert acceptance_rates["top-k"] > acceptance_rates["exact"]
+    with pytest.raises(AssertionError, match="--acceptance-top-k must be at least 1"):
+        generate(toy_experiment, "--task", "translation_pardec", "--gen-algo", "iad", "--acceptance", "top-k",
+                 "--acceptance-top-k", 0)

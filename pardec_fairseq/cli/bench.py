@@ -40,16 +40,22 @@ def fairseq_beam_name(beam):
     return f"fairseq-beam{beam}"
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="pardec-bench", description=__doc__,
+def model_and_data_parser(prog, description):
+    """The arguments every command-line tool of the plugin shares: a model and a data split."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", help="binarized data folder (fairseq-preprocess --destdir)")
     parser.add_argument("--path", required=True, help="checkpoint of the autoregressive model (the verifier)")
-    parser.add_argument("--algorithms", nargs="*", default=["greedy"], choices=sorted(ALGORITHMS),
-                        help="plugin --gen-algo values to run beside fairseq greedy and beam search")
     parser.add_argument("--source-lang", "-s", required=True)
     parser.add_argument("--target-lang", "-t", required=True)
     parser.add_argument("--subset", default="test", help="data split to decode")
+    return parser
+
+
+def parse_args(argv=None):
+    parser = model_and_data_parser("pardec-bench", __doc__)
+    parser.add_argument("--algorithms", nargs="*", default=["greedy"], choices=sorted(ALGORITHMS),
+                        help="plugin --gen-algo values to run beside fairseq greedy and beam search")
     parser.add_argument("--max-sentences", type=int, default=None,
                         help="decode only sentences with id < N (the first N lines of the split)")
     parser.add_argument("--batch-size", type=int, default=1, help="sentences per batch (1 = latency)")

@@ -8,7 +8,6 @@ prediction at each output position and its probability. It writes
   the iteration that fixed it, tokens fixed by the same pass grouped, each linked to the token it
   was conditioned on.
 """
-import argparse
 import html
 import logging
 from argparse import Namespace
@@ -18,7 +17,7 @@ from typing import List
 
 import torch
 
-from pardec_fairseq.cli.bench import load_task_and_models
+from pardec_fairseq.cli.bench import load_task_and_models, model_and_data_parser
 from pardec_fairseq.decoding import build_generator
 from pardec_fairseq.decoding.config import DecodingConfig
 from pardec_fairseq.decoding.drafters import Drafter
@@ -177,13 +176,7 @@ equal to the greedy output; red: not yet; grey: accepted before.</p>
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="pardec-ddgviz", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("data", help="binarized data folder")
-    parser.add_argument("--path", required=True, help="checkpoint of the autoregressive model")
-    parser.add_argument("--source-lang", "-s", required=True)
-    parser.add_argument("--target-lang", "-t", required=True)
-    parser.add_argument("--subset", default="test")
+    parser = model_and_data_parser("pardec-ddgviz", __doc__)
     parser.add_argument("--ids", type=int, nargs="+", required=True, help="sentence ids to draw")
     parser.add_argument("--gen-algo", default="jacobi", choices=JACOBI_ALGORITHMS)
     parser.add_argument("--jacobi-block-size", type=int, default=DecodingConfig.jacobi_block_size)

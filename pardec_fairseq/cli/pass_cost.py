@@ -1,0 +1,92 @@
+"""What one verifier pass costs as it scores more new tokens: the bound on every algorithm here.
+
+For each of the first sentences of a split (batch size 1) it runs the encoder, caches a prefix of
+``--prefix`` tokens, then times passes that score n new tokens on top of it and rolls them back.
+Reported per n: the median time of the decoder layers alone and with the projection of all n
+positions onto the vocabulary, each also relative to a one-token pass. With every drafted token
+accepted an algorithm can be at most (n / relative cost) times faster than greedy decoding, less
+the encoder's share, which no algorithm here shortens.
+"""
+import statistics
+import time
+from argparse import Namespace
+
+import torch
+
+from pardec_fairseq.cli.bench import hardware, load_task_and_models, model_and_data_parser
+from pardec_fairseq.decoding.options import DecodingOptions
+from pardec_fairseq.decoding.verifier import Verifier
+
+
+def time_pass(verifier, cache, tokens, first_index, max_len, project):
+    start = time.perf_counter()
+    scores = verifier.score(cache, tokens, first_index, max_len)
+    if project:
+        scores.all()
+    seconds = time.perf_counter() - start
+    verifier.rollback(cache, first_index, torch.zeros_like(first_index), tokens.size(1))
+    return seconds
+
+
+def measure(verifier, samples, token_counts, prefix, repeats):
+    """Median seconds: encoder, and per n (layers only, layers + projection)."""
+    encoder, layers, projected = [], {n: [] for n in token_counts}, {n: [] for n in token_counts}
+    max_len = prefix + max(token_counts) + 1
+    for sample in samples:
+        start = time.perf_counter()
+        cache = verifier.start(sample["net_input"])
+        encoder.append(time.perf_counter() - start)
+        source = sample["net_input"]["src_tokens"]
+        filler = source[:, -1:].expand(1, prefix + max(token_counts))  # any tokens: only the cost matters
+        verifier.score(cache, filler[:, :prefix], torch.zeros(1, dtype=torch.long), max_len)
+        verifier.rollback(cache, torch.zeros(1, dtype=torch.long), torch.full((1,), prefix), prefix)
+        first_index = torch.full((1,), prefix)
+        for _ in range(repeats):
+            for n in token_counts:
+                layers[n].append(time_pass(verifier, cache, filler[:, :n], first_index, max_len, False))
+                projected[n].append(time_pass(verifier, cache, filler[:, :n], first_index, max_len, True))
+    return (statistics.median(encoder), {n: statistics.median(v) for n, v in layers.items()},
+            {n: statistics.median(v) for n, v in projected.items()})
+
+
+def parse_args(argv=None):
+    parser = model_and_data_parser("pardec-pass-cost", __doc__)
+    parser.add_argument("--sentences", type=int, default=50, help="first N sentences of the split")
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32],
+                        help="new tokens per pass to time")
+    parser.add_argument("--prefix", type=int, default=10, help="tokens already in the cache")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes per sentence and n")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if 1 not in args.tokens:
+        args.tokens = [1, *args.tokens]
+    device = torch.device("cpu")
+    task, models = load_task_and_models(args, device)
+    task.load_dataset(args.subset)
+    dataset = task.dataset(args.subset)
+    samples = [dataset.collater([dataset[i]]) for i in range(min(args.sentences, len(dataset)))]
+    options = DecodingOptions.from_generation_args(Namespace(), "pass-cost")
+    verifier = Verifier(models, task.target_dictionary, options)
+    if args.prefix + max(args.tokens) >= verifier.max_decoder_positions():
+        raise SystemExit(f"error: --prefix {args.prefix} plus {max(args.tokens)} tokens exceed the model's "
+                         f"{verifier.max_decoder_positions()} target positions")
+    with torch.no_grad():
+        encoder, layers, projected = measure(verifier, samples, sorted(set(args.tokens)), args.prefix, args.repeats)
+    print(f"Verifier pass cost on {hardware(device)}, {len(samples)} sentences of `{args.subset}`, "
+          f"{args.prefix} tokens cached; encoder: {1000 * encoder:.2f} ms per sentence")
+    print()
+    print("| new tokens | layers ms | layers vs 1 token | with projection ms | with projection vs 1 token |")
+    print("|---:|---:|---:|---:|---:|")
+    for n in sorted(layers):
+        print(f"| {n} | {1000 * layers[n]:.2f} | {layers[n] / layers[1]:.2f}x | {1000 * projected[n]:.2f} "
+              f"| {projected[n] / projected[1]:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
