@@ -1,3 +1,4 @@
+import importlib.util
 import random
 import subprocess
 import sys
@@ -9,6 +10,14 @@ sys.path.insert(0, str(Path(__file__).parent))  # the tiny-model helpers in test
 
 REPO = Path(__file__).resolve().parents[1]
 USER_DIR = str(REPO / "pardec_fairseq")
+
+
+def load_example_module(recipe, name="extract_pairs"):
+    """A recipe's Python script (examples/RECIPE/NAME.py) as a module, for its unit tests."""
+    spec = importlib.util.spec_from_file_location(f"{recipe}_{name}", REPO / "examples" / recipe / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_fairseq(tool, *args, stdin=None):

@@ -1,16 +1,11 @@
 """The LibreOffice help aligner and the refusal of empty lines before binarization."""
-import importlib.util
 import subprocess
 
-from conftest import REPO
+from conftest import REPO, load_example_module
 
 
 def load_extractor():
-    spec = importlib.util.spec_from_file_location(
-        "extract_pairs", REPO / "examples" / "libreoffice_en_de" / "extract_pairs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example_module("libreoffice_en_de")
 
 
 EN_PAGE = """<html><body>

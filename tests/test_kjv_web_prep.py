@@ -2,19 +2,14 @@
 
 No diatheke needed: the inputs are small hand-written imitations of ``diatheke -f OSIS -o f``.
 """
-import importlib.util
 
 import pytest
 
-from conftest import REPO
+from conftest import load_example_module
 
 
 def load_extractor():
-    spec = importlib.util.spec_from_file_location(
-        "kjv_web_extract_pairs", REPO / "examples" / "kjv_web" / "extract_pairs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example_module("kjv_web")
 
 
 # One line per verse, "Book C:V: text"; a stale psalm title may precede the key (a diatheke quirk),
