@@ -24,8 +24,6 @@ class ExactAcceptance:
     loop over draft positions (vectorised over rows); it stops once every row has rejected, and
     the verifier projects onto the vocabulary only the positions the loop reached."""
 
-    lossless = True
-
     def accept(self, proposal: Proposal, scores, cumulative_before) -> Verdict:
         rows, n = proposal.tokens.size(0), proposal.tokens.size(1) + 1
         tokens = proposal.tokens.new_zeros(rows, n)
@@ -84,8 +82,6 @@ def equals_top_one(draft, lprobs):
 class RelaxedAcceptance:
     """Keep the longest drafted prefix whose every token ``passes``, and at least
     ``min_block_size`` tokens per pass where the draft has them (Stern et al. 5.3)."""
-
-    lossless = False
 
     def __init__(self, passes, min_block_size=1):
         self.passes = passes
