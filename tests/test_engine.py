@@ -5,6 +5,7 @@ import math
 import random
 from types import SimpleNamespace
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -48,8 +49,9 @@ class FixedScores:
     def __init__(self, lprobs):
         self.lprobs = lprobs
 
-    def upto(self, end):
-        return self.lprobs
+    def span(self, start, stop, rows=None):
+        lprobs = self.lprobs if rows is None else self.lprobs[rows]
+        return lprobs[:, start:stop]
 
     def all(self):
         return self.lprobs
@@ -162,6 +164,21 @@ def test_input_copy_drafts_after_a_unique_source_match():
     longer_only = InputCopyDrafter(dictionary, dictionary, min_ngram=2, max_ngram=2)
     longer_only.begin({"src_tokens": source[:1]}, max_len=30)
     assert longer_only.propose(state_with_output([[6]])).lengths.tolist() == [0]  # 1 token < 2
+
+
+def test_input_copy_cuts_drafts_to_the_pass_token_budget():
+    dictionary = make_dictionary(20)
+    source = torch.tensor([[4, 5, 6, 7, 8, 9, dictionary.eos()]] * 3)
+    outputs = [[], [4], [4, 5, 6, 7, 8]]  # drafts of 7, 6 and 2 tokens without a budget
+    budgets = {None: [7, 6, 2], 12: [3, 3, 2], 3: [0, 0, 0]}  # 12 // 3 rows - 1 = 3; 3 // 3 - 1 = 0
+    for budget, expected in budgets.items():
+        drafter = InputCopyDrafter(dictionary, dictionary, pass_tokens=budget)
+        drafter.begin({"src_tokens": source}, max_len=30)
+        proposal = drafter.propose(state_with_output(outputs))
+        assert proposal.lengths.tolist() == expected
+        assert proposal.tokens[0, :expected[0]].tolist() == [4, 5, 6, 7, 8, 9, dictionary.eos()][:expected[0]]
+    with pytest.raises(ValueError, match="--iad-pass-tokens"):
+        InputCopyDrafter(dictionary, dictionary, pass_tokens=0)
 
 
 def test_input_copy_maps_separate_dictionaries_by_symbol():

@@ -43,6 +43,8 @@ class Trace:
 class TracingDrafter(Drafter):
     """Wraps a drafter and records, for row 0 of each batch, every iterate the verifier produced."""
 
+    reads_all_scores = True  # the trace shows every position
+
     def __init__(self, inner):
         self.inner = inner
         self.trace = Trace()

@@ -20,30 +20,46 @@ class ExactAcceptance:
 
     The choice at each position is ranked exactly as fairseq's beam search with beam 1 ranks it:
     ``topk`` over the running cumulative score plus the new log-probabilities, so near-ties
-    resolve as in ``SequenceGenerator``. The running score is a sequential float sum, hence the
-    loop over draft positions (vectorised over rows); it stops once every row has rejected, and
-    the verifier projects onto the vocabulary only the positions the loop reached."""
+    resolve as in ``SequenceGenerator``. Along a matching draft the running score is known in
+    advance (a sequential float32 sum of the drafted tokens' log-probabilities), so a chunk of
+    positions is ranked in one ``topk``. Chunks start at ``first_chunk`` positions and double; only
+    rows that matched every drafted token so far are projected onto the vocabulary for the next one.
+    """
+
+    def __init__(self, first_chunk=16):
+        self.first_chunk = first_chunk
 
     def accept(self, proposal: Proposal, scores, cumulative_before) -> Verdict:
         rows, n = proposal.tokens.size(0), proposal.tokens.size(1) + 1
         tokens = proposal.tokens.new_zeros(rows, n)
         cumulative = cumulative_before.new_full((rows, n), -math.inf)
+        accepted = torch.zeros_like(proposal.lengths)
         drafted = drafted_mask(proposal)
-        match = torch.zeros_like(drafted)
-        matching = torch.ones(rows, dtype=torch.bool, device=drafted.device)
-        running = cumulative_before
-        for j in range(n):
-            lprobs = scores.upto(j + 1)[:, j]
-            top_scores, top_tokens = torch.topk(lprobs + running.unsqueeze(1), k=min(2, lprobs.size(1) - 1))
-            tokens[:, j] = top_tokens[:, 0]
-            cumulative[:, j] = running = top_scores[:, 0]
-            if j == n - 1:
+        active = torch.arange(rows, device=drafted.device)  # rows that kept every drafted token so far
+        running = cumulative_before[active]
+        start, stop = 0, min(n, self.first_chunk)
+        while True:
+            lprobs = scores.span(start, stop, None if start == 0 else active)  # [active, m, vocab]
+            draft = proposal.tokens[active, start:stop]  # one shorter than lprobs in the last chunk
+            draft_lprobs = lprobs[:, :draft.size(1)].gather(2, draft.unsqueeze(2)).squeeze(2)
+            before = [running]  # fairseq's score before each position if the draft so far is kept
+            for j in range(lprobs.size(1) - 1):
+                before.append(before[-1] + draft_lprobs[:, j])
+            top_scores, top_tokens = torch.topk(lprobs + torch.stack(before, 1).unsqueeze(2),
+                                                k=min(2, lprobs.size(2) - 1))
+            tokens[active, start:stop] = top_tokens[:, :, 0]
+            cumulative[active, start:stop] = top_scores[:, :, 0]
+            match = drafted[active, start:start + draft.size(1)] & top_tokens[:, :draft.size(1), 0].eq(draft)
+            kept = match.long().cumprod(1).sum(1)
+            accepted[active] += kept
+            if stop == n:
                 break
-            matching = matching & drafted[:, j] & top_tokens[:, 0].eq(proposal.tokens[:, j])
-            match[:, j] = matching
-            if not bool(matching.any()):
+            going_on = kept.eq(stop - start)
+            if not bool(going_on.any()):
                 break
-        return Verdict(accepted=match.long().cumprod(1).sum(1), tokens=tokens, cumulative=cumulative)
+            active, running = active[going_on], top_scores[going_on, -1, 0]
+            start, stop = stop, min(n, 2 * stop)
+        return Verdict(accepted=accepted, tokens=tokens, cumulative=cumulative)
 
 
 def in_top_k(top_k):

@@ -13,7 +13,7 @@ def greedy(cfg, src_dict, tgt_dict, max_positions):
 
 @register_algorithm("iad")
 def input_guided_aggressive_decoding(cfg, src_dict, tgt_dict, max_positions):
-    return InputCopyDrafter(src_dict, tgt_dict, cfg.iad_min_ngram, cfg.iad_max_ngram)
+    return InputCopyDrafter(src_dict, tgt_dict, cfg.iad_min_ngram, cfg.iad_max_ngram, cfg.iad_pass_tokens)
 
 
 def jacobi_block_size(cfg, max_positions):

@@ -36,6 +36,12 @@ class DecodingConfig(FairseqDataclass):
     iad_max_ngram: int = field(
         default=3, metadata={"help": "iad: longest output suffix tried when shorter ones occur several times "
                              "in the source (the reference code's 1..3)"})
+    iad_pass_tokens: Optional[int] = field(
+        default=128,
+        metadata={"help": "iad: at most this many tokens, rows x (draft + 1), in one verifier pass; drafts "
+                  "are cut to fit (lossless). On a CPU a pass costs in proportion to its tokens, and a "
+                  "batch's rows are as wide as its longest draft; on a GPU a larger budget is cheap"},
+    )
     jacobi_block_size: int = field(
         default=4, metadata={"help": "gs-jacobi, hybrid-jacobi: tokens decoded in parallel per block"})
     jacobi_parallel_length: Optional[int] = field(

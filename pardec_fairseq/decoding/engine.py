@@ -95,6 +95,8 @@ class DraftVerifyDecoder:
             n = proposal.tokens.size(1) + 1
             scores = verifier.score(cache, torch.cat([state.last_tokens(), proposal.tokens], 1), state.lengths,
                                     max_len)
+            if self.drafter.reads_all_scores:
+                scores.all()
             verdict = self.acceptance.accept(proposal, scores, state.last_cumulative())
             verifier.rollback(cache, state.lengths, verdict.accepted + 1, n)
             self.drafter.update(scores, verdict, state)

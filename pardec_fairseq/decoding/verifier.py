@@ -156,24 +156,26 @@ class Verifier:
 
 class VerifierScores:
     """The verifier's log-probabilities after each token of a pass, projected onto the vocabulary
-    only as far as asked: on a CPU the output projection costs about as much as the decoder
-    layers, and the positions after every row's first rejected token are never needed."""
+    only where asked: on a CPU the output projection costs about as much as the decoder layers,
+    and the positions after a row's first rejected token are never needed."""
 
     def __init__(self, verifier: Verifier, features: List[Tensor], steps: Tensor, max_len: int):
         self.verifier, self.features, self.steps, self.max_len = verifier, features, steps, max_len
         self.positions = steps.size(1)
         self.computed: Optional[Tensor] = None
 
-    def upto(self, end: int) -> Tensor:
-        """Log-probabilities ``[rows, >= end, vocab]`` of the first positions of the pass; more are
-        computed in chunks that double, so a long accepted draft costs few projections."""
-        done = 0 if self.computed is None else self.computed.size(1)
-        if end > done:
-            stop = min(self.positions, max(end, 2 * done, 4))
-            more = self.verifier.log_probs([x[:, done:stop] for x in self.features], self.steps[:, done:stop],
-                                           self.max_len)
-            self.computed = more if self.computed is None else torch.cat([self.computed, more], 1)
-        return self.computed
+    def span(self, start: int, stop: int, rows: Optional[Tensor] = None) -> Tensor:
+        """Log-probabilities ``[rows, stop - start, vocab]`` at positions ``start .. stop - 1`` of
+        the pass, for ``rows`` (indices into the batch; all rows by default)."""
+        if self.computed is not None:
+            computed = self.computed if rows is None else self.computed[rows]
+            return computed[:, start:stop]
+        features = [x[:, start:stop] if rows is None else x[rows, start:stop] for x in self.features]
+        steps = self.steps[:, start:stop] if rows is None else self.steps[rows, start:stop]
+        return self.verifier.log_probs(features, steps, self.max_len)
 
     def all(self) -> Tensor:
-        return self.upto(self.positions)
+        """Every position of every row, projected once and kept for later calls."""
+        if self.computed is None:
+            self.computed = self.span(0, self.positions)
+        return self.computed

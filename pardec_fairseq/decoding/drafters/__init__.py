@@ -10,6 +10,10 @@ from pardec_fairseq.decoding.proposals import Proposal
 
 
 class Drafter:
+    # whether ``update`` reads the scores of every drafted position: the verifier then projects
+    # them all in one go instead of only as far as the acceptance rule looks
+    reads_all_scores = False
+
     def begin(self, net_input, max_len):
         pass
 

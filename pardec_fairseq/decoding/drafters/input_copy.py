@@ -4,6 +4,10 @@ At the start the draft is the whole source. Later it is the source after the pla
 last tokens were copied from: the last ``n`` output tokens must occur exactly once in the source,
 trying ``n = min_ngram`` first and longer suffixes while the match is ambiguous, as the reference
 code does. No unique match, no draft: the pass then yields one token, and the next tries again.
+
+A pass runs every row as wide as the batch's longest draft, so at batch sizes above 1 most of its
+tokens can be padding; ``pass_tokens`` bounds rows x (draft + 1), cutting every row's draft to the
+same length. The output does not change: a cut draft continues in the next pass.
 """
 import torch
 
@@ -12,10 +16,12 @@ from pardec_fairseq.decoding.proposals import Proposal
 
 
 class InputCopyDrafter(Drafter):
-    def __init__(self, src_dict, tgt_dict, min_ngram=1, max_ngram=3):
+    def __init__(self, src_dict, tgt_dict, min_ngram=1, max_ngram=3, pass_tokens=None):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"iad needs 1 <= --iad-min-ngram <= --iad-max-ngram (got {min_ngram}, {max_ngram})")
-        self.min_ngram, self.max_ngram = min_ngram, max_ngram
+        if pass_tokens is not None and pass_tokens < 1:
+            raise ValueError(f"--iad-pass-tokens must be at least 1 (got {pass_tokens})")
+        self.min_ngram, self.max_ngram, self.pass_tokens = min_ngram, max_ngram, pass_tokens
         self.pad = tgt_dict.pad()
         # source token ids -> target token ids by symbol, so separate dictionaries work too
         self.to_target = torch.tensor([tgt_dict.index(src_dict[i]) for i in range(len(src_dict))])
@@ -42,6 +48,8 @@ class InputCopyDrafter(Drafter):
             start = torch.where(unique, hits.long().argmax(1) + n, start)
             undecided = undecided & long_enough & count.gt(1)
         draft_lengths = width - start
+        if self.pass_tokens is not None:
+            draft_lengths = draft_lengths.clamp(max=max(0, self.pass_tokens // lengths.size(0) - 1))
         index = start.unsqueeze(1) + torch.arange(int(draft_lengths.max()), device=lengths.device)
         tokens = self.source.gather(1, index.clamp(max=width - 1)).masked_fill_(index >= width, self.pad)
         return Proposal(tokens=tokens, lengths=draft_lengths)

@@ -17,6 +17,8 @@ from pardec_fairseq.decoding.proposals import Proposal
 
 
 class JacobiDrafter(Drafter):
+    reads_all_scores = True
+
     def __init__(self, pad, block_size: Optional[int] = None, parallel_length: Optional[int] = None):
         if block_size is not None and block_size < 1:
             raise ValueError(f"--jacobi-block-size must be at least 1 (got {block_size})")
