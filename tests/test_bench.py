@@ -1,7 +1,12 @@
 """The benchmark runs fairseq's baselines and the plugin's algorithms on the same data in one run."""
+import argparse
 import json
 
-from pardec_fairseq.cli.bench import edit_ratio, main
+import pytest
+import torch
+
+from pardec_fairseq.cli.bench import (algorithm_variant, build_runs, edit_ratio, load_task_and_models, main,
+                                      parse_args)
 
 
 def test_bench_reports_every_generator(toy_experiment, tmp_path, capsys):
@@ -44,3 +49,34 @@ def test_edit_ratio_is_token_levenshtein_over_the_source_length():
     assert edit_ratio([1, 2, 3, 4], [1, 2, 3, 4]) == 0.0
     assert edit_ratio([1, 2, 3, 4], [1, 9, 3]) == 0.5  # one substitution, one deletion
     assert edit_ratio([5], [5, 6, 7]) == 2.0
+
+
+def test_bench_runs_one_algorithm_with_several_option_sets(toy_experiment, tmp_path):
+    root = toy_experiment["root"]
+    variants = ["iad", "iad:iad-pass-tokens=8", "gs-jacobi:jacobi-block-size=2",
+                "iad:acceptance=top-k,acceptance-top-k=3"]
+    main([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
+          "--algorithms", *variants, "--max-sentences", "12", "--batch-size", "4", "--repetitions", "1",
+          "--references", str(root / "test.tgt"), "--detok", "space", "--out-dir", str(tmp_path), "--name", "v"])
+    rows = {row["algorithm"]: row for row in json.loads((tmp_path / "v.json").read_text())["results"]}
+    assert all(rows[v]["identical_to_greedy"] == 1.0 for v in variants[:3])
+    assert rows["iad:acceptance=top-k,acceptance-top-k=3"]["tokens"] > 0
+    args = parse_args([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src",
+                       "-t", "tgt", "--algorithms", *variants, "--references", str(root / "test.tgt")])
+    task, models = load_task_and_models(args, torch.device("cpu"))
+    decoders = {run.name: run.generator.decoder for run in build_runs(task, models, args) if run.plugin}
+    assert decoders["iad"].drafter.pass_tokens == 128 and decoders["iad:iad-pass-tokens=8"].drafter.pass_tokens == 8
+    assert decoders["gs-jacobi:jacobi-block-size=2"].drafter.block_size == 2
+    assert decoders["iad:acceptance=top-k,acceptance-top-k=3"].acceptance.passes is not None
+
+
+def test_algorithm_variants_name_their_options_or_fail_clearly():
+    assert algorithm_variant("iad") == ("iad", {})
+    assert algorithm_variant("hybrid-jacobi:jacobi-parallel-length=none,--jacobi-block-size=3") == (
+        "hybrid-jacobi", {"jacobi_parallel_length": None, "jacobi_block_size": 3})
+    assert algorithm_variant("iad:acceptance=top-beta,acceptance-tau=2.5") == (
+        "iad", {"acceptance": "top-beta", "acceptance_tau": 2.5})
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown algorithm 'nope'"):
+        algorithm_variant("nope")
+    with pytest.raises(argparse.ArgumentTypeError, match="'block-size' is not option=value.*iad-pass-tokens"):
+        algorithm_variant("iad:block-size=3")

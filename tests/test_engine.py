@@ -49,9 +49,9 @@ class FixedScores:
     def __init__(self, lprobs):
         self.lprobs = lprobs
 
-    def span(self, start, stop, rows=None):
-        lprobs = self.lprobs if rows is None else self.lprobs[rows]
-        return lprobs[:, start:stop]
+    def span(self, start, stop, rows=None, needed=None):
+        lprobs = (self.lprobs if rows is None else self.lprobs[rows])[:, start:stop]
+        return lprobs if needed is None else lprobs.masked_fill(~needed.unsqueeze(-1), -math.inf)
 
     def all(self):
         return self.lprobs

@@ -7,6 +7,8 @@ share of outputs identical to fairseq greedy, verifier iterations, tokens per it
 sentences per second and wall-clock ratios against fairseq greedy and beam search.
 """
 import argparse
+import ast
+import dataclasses
 import json
 import logging
 import os
@@ -28,6 +30,7 @@ from fairseq.data import encoders
 from fairseq.sequence_generator import SequenceGenerator
 
 from pardec_fairseq.decoding import ALGORITHMS, build_generator
+from pardec_fairseq.decoding.config import DecodingConfig, decoding_config
 from pardec_fairseq.decoding.stats import DecodingStats
 from pardec_fairseq.tasks.translation_pardec import TranslationPardecConfig, TranslationPardecTask
 
@@ -38,6 +41,28 @@ FAIRSEQ_GREEDY = "fairseq-greedy"
 
 def fairseq_beam_name(beam):
     return f"fairseq-beam{beam}"
+
+
+def algorithm_variant(spec):
+    """``NAME`` or ``NAME:option=value,...``: a plugin ``--gen-algo`` and decoding options that
+    differ from the task's, e.g. ``iad:iad-pass-tokens=64`` or ``gs-jacobi:jacobi-block-size=2``."""
+    name, _, overrides = spec.partition(":")
+    if name not in ALGORITHMS:
+        raise argparse.ArgumentTypeError(f"unknown algorithm {name!r}; choose from {', '.join(sorted(ALGORITHMS))}")
+    options = {f.name for f in dataclasses.fields(DecodingConfig)}
+    values = {}
+    for item in filter(None, overrides.split(",")):
+        key, equals, value = item.partition("=")
+        option = key.strip().lstrip("-").replace("-", "_")
+        if not equals or option not in options:
+            raise argparse.ArgumentTypeError(
+                f"{spec!r}: {key!r} is not option=value with a decoding option of the task; choose from "
+                + ", ".join(sorted(o.replace("_", "-") for o in options)))
+        try:
+            values[option] = None if value.lower() == "none" else ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            values[option] = value  # a word, such as an --acceptance rule
+    return name, values
 
 
 def model_and_data_parser(prog, description):
@@ -54,8 +79,10 @@ def model_and_data_parser(prog, description):
 
 def parse_args(argv=None):
     parser = model_and_data_parser("pardec-bench", __doc__)
-    parser.add_argument("--algorithms", nargs="*", default=["greedy"], choices=sorted(ALGORITHMS),
-                        help="plugin --gen-algo values to run beside fairseq greedy and beam search")
+    parser.add_argument("--algorithms", nargs="*", default=["greedy"], metavar="ALGO[:OPTION=VALUE,...]",
+                        help="plugin --gen-algo values to run beside fairseq greedy and beam search ("
+                        + ", ".join(sorted(ALGORITHMS)) + "), each optionally with decoding options of its "
+                        "own, e.g. iad:iad-pass-tokens=64 (a sweep in one process)")
     parser.add_argument("--max-sentences", type=int, default=None,
                         help="decode only sentences with id < N (the first N lines of the split)")
     parser.add_argument("--batch-size", type=int, default=1, help="sentences per batch (1 = latency)")
@@ -79,6 +106,12 @@ def parse_args(argv=None):
     parser.add_argument("--out-dir", default="bench_results", help="where the .md, .json and .png go")
     parser.add_argument("--name", default="bench", help="file name stem of the outputs")
     args = parser.parse_args(argv)
+    try:
+        args.variants = [algorithm_variant(spec) for spec in args.algorithms]
+    except argparse.ArgumentTypeError as error:
+        parser.error(f"--algorithms: {error}")
+    if len(set(args.algorithms)) < len(args.algorithms):
+        parser.error("--algorithms: each algorithm (with its options) can be given once")
     if args.edit_ratio and args.batch_size != 1:
         parser.error("--edit-ratio compares per-sentence timings: use it with --batch-size 1")
     if args.gec and not args.sources:
@@ -147,9 +180,10 @@ def build_runs(task, models, args):
 
     runs = [Run(FAIRSEQ_GREEDY, fairseq_search(1), plugin=False),
             Run(fairseq_beam_name(args.beam), fairseq_search(args.beam), plugin=False)]
-    for algorithm in args.algorithms:
-        runs.append(Run(algorithm, build_generator(algorithm, models, tgt_dict, generation, task.cfg,
-                                                       src_dict=task.source_dictionary),
+    for spec, (algorithm, overrides) in zip(args.algorithms, args.variants):
+        cfg = dataclasses.replace(decoding_config(task.cfg), **overrides)
+        runs.append(Run(spec, build_generator(algorithm, models, tgt_dict, generation, cfg,
+                                              src_dict=task.source_dictionary),
                         plugin=True))
     return runs
 

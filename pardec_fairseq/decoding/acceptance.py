@@ -23,7 +23,8 @@ class ExactAcceptance:
     resolve as in ``SequenceGenerator``. Along a matching draft the running score is known in
     advance (a sequential float32 sum of the drafted tokens' log-probabilities), so a chunk of
     positions is ranked in one ``topk``. Chunks start at ``first_chunk`` positions and double; only
-    rows that matched every drafted token so far are projected onto the vocabulary for the next one.
+    rows that matched every drafted token so far are projected onto the vocabulary for the next one,
+    and only as far as their own draft goes.
     """
 
     def __init__(self, first_chunk=16):
@@ -39,7 +40,9 @@ class ExactAcceptance:
         running = cumulative_before[active]
         start, stop = 0, min(n, self.first_chunk)
         while True:
-            lprobs = scores.span(start, stop, None if start == 0 else active)  # [active, m, vocab]
+            # a row needs the positions of its drafted tokens and the one after them
+            needed = torch.arange(start, stop, device=drafted.device) <= proposal.lengths[active].unsqueeze(1)
+            lprobs = scores.span(start, stop, None if start == 0 else active, needed)  # [active, m, vocab]
             draft = proposal.tokens[active, start:stop]  # one shorter than lprobs in the last chunk
             draft_lprobs = lprobs[:, :draft.size(1)].gather(2, draft.unsqueeze(2)).squeeze(2)
             before = [running]  # fairseq's score before each position if the draft so far is kept

@@ -164,15 +164,22 @@ class VerifierScores:
         self.positions = steps.size(1)
         self.computed: Optional[Tensor] = None
 
-    def span(self, start: int, stop: int, rows: Optional[Tensor] = None) -> Tensor:
+    def span(self, start: int, stop: int, rows: Optional[Tensor] = None, needed: Optional[Tensor] = None) -> Tensor:
         """Log-probabilities ``[rows, stop - start, vocab]`` at positions ``start .. stop - 1`` of
-        the pass, for ``rows`` (indices into the batch; all rows by default)."""
+        the pass, for ``rows`` (indices into the batch; all rows by default). With ``needed``
+        (``[rows, stop - start]``), only those positions are projected and the others are ``-inf``:
+        rows with short drafts do not pay for the batch's longest."""
         if self.computed is not None:
             computed = self.computed if rows is None else self.computed[rows]
             return computed[:, start:stop]
         features = [x[:, start:stop] if rows is None else x[rows, start:stop] for x in self.features]
         steps = self.steps[:, start:stop] if rows is None else self.steps[rows, start:stop]
-        return self.verifier.log_probs(features, steps, self.max_len)
+        if needed is None or bool(needed.all()):
+            return self.verifier.log_probs(features, steps, self.max_len)
+        projected = self.verifier.log_probs([x[needed] for x in features], steps[needed], self.max_len)
+        lprobs = projected.new_full((*needed.shape, projected.size(-1)), -math.inf)
+        lprobs[needed] = projected
+        return lprobs
 
     def all(self) -> Tensor:
         """Every position of every row, projected once and kept for later calls."""
