@@ -1,2 +1,3 @@
-"""Model architectures of the plugin: the blockwise-head Transformer and the NAR block drafter
-(issues 4 and 5) register themselves from modules in this package."""
+"""Model architectures of the plugin: the blockwise-head Transformer (``blockwise_transformer``);
+the NAR block drafter comes with issue 5."""
+from pardec_fairseq.models import blockwise_transformer  # noqa: F401  (registration)

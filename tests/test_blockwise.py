@@ -1,0 +1,175 @@
+"""The blockwise-head Transformer (Stern et al. 2018) and its loss: head 1 is an ordinary
+Transformer output, each head i is trained on the targets i - 1 positions ahead, and fairseq-train
+trains it from the command line, distributed included."""
+import argparse
+import re
+import shutil
+from types import SimpleNamespace
+
+import pytest
+import torch
+from fairseq import checkpoint_utils
+from fairseq.data import Dictionary
+from fairseq.sequence_generator import SequenceGenerator
+
+from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
+from pardec_fairseq.criterions.blockwise_cross_entropy import (BlockwiseCrossEntropyCriterion,
+                                                               parse_head_weights, shifted_targets)
+from pardec_fairseq.models.blockwise_transformer import BlockwiseTransformerModel, blockwise_architecture
+from test_scripts import free_port, run_script
+from tiny import make_batch
+
+TOY_SIZES = dict(encoder_layers=1, decoder_layers=1, encoder_embed_dim=32, decoder_embed_dim=32,
+                 encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=2,
+                 decoder_attention_heads=2, share_all_embeddings=True)
+BLOCKWISE = ["--arch", "blockwise_transformer", *TINY_TRANSFORMER[2:]]
+
+
+def build_blockwise(dictionary, seed=0, **options):
+    args = argparse.Namespace(**TOY_SIZES, **options)
+    blockwise_architecture(args)
+    torch.manual_seed(seed)
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    return BlockwiseTransformerModel.build_model(args, task).eval()
+
+
+def toy_dictionary(toy_experiment):
+    return Dictionary.load(str(toy_experiment["data"] / "dict.src.txt"))
+
+
+def hypotheses(fairseq_generate_output):
+    return sorted(re.findall(r"^H-(\d+)\t\S+\t(.*)$", fairseq_generate_output, flags=re.M))
+
+
+def greedy(model, dictionary, batch):
+    hypos = SequenceGenerator([model], dictionary, beam_size=1, max_len_b=30).generate([model], batch)
+    return [h[0]["tokens"].tolist() for h in hypos]
+
+
+def test_identity_first_head_initialised_from_a_transformer_decodes_like_it(toy_experiment):
+    dictionary = toy_dictionary(toy_experiment)
+    base = checkpoint_utils.load_model_ensemble([str(toy_experiment["checkpoint"])])[0][0].eval()
+    model = build_blockwise(dictionary, block_heads=3, identity_first_head=True,
+                            init_base_from=str(toy_experiment["checkpoint"]))
+    batch = make_batch(dictionary, [[4, 9, 12, 7], [15, 6], [20, 21, 22, 23, 24, 25, 26]])
+    assert greedy(model, dictionary, batch) == greedy(base, dictionary, batch)
+    mismatched = dict(block_heads=3, identity_first_head=True, init_base_from=str(toy_experiment["checkpoint"]))
+    with pytest.raises(ValueError, match="not a transformer of this shape"):
+        args = argparse.Namespace(**{**TOY_SIZES, "decoder_ffn_embed_dim": 48}, **mismatched)
+        blockwise_architecture(args)
+        BlockwiseTransformerModel.build_model(args, SimpleNamespace(source_dictionary=dictionary,
+                                                                   target_dictionary=dictionary))
+
+
+def test_head_one_alone_equals_head_one_among_all(toy_experiment):
+    dictionary = toy_dictionary(toy_experiment)
+    model = build_blockwise(dictionary, block_heads=4)
+    features = torch.randn(2, 5, 32)
+    all_heads = model.decoder.head_logits(features)
+    assert len(all_heads) == 4
+    torch.testing.assert_close(model.decoder.output_layer(features), all_heads[0])
+    assert not torch.allclose(all_heads[1], all_heads[0])  # a learned head, not a copy
+    picked = model.decoder.head_logits(features, [2])
+    torch.testing.assert_close(picked[0], all_heads[2])
+
+
+def test_freeze_base_trains_only_the_heads(toy_experiment):
+    dictionary = toy_dictionary(toy_experiment)
+    model = build_blockwise(dictionary, block_heads=2, freeze_base=True)
+    trained = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert trained == {"decoder.blockwise_heads.fc1.weight", "decoder.blockwise_heads.fc1.bias",
+                       "decoder.blockwise_heads.fc2.weight", "decoder.blockwise_heads.fc2.bias"}
+
+
+def test_targets_shift_left_by_the_head_index():
+    pad = 1
+    target = torch.tensor([[10, 11, 12, 2], [20, 2, pad, pad]])
+    assert shifted_targets(target, 0, pad).tolist() == target.tolist()
+    assert shifted_targets(target, 1, pad).tolist() == [[11, 12, 2, pad], [2, pad, pad, pad]]
+    assert shifted_targets(target, 3, pad).tolist() == [[2, pad, pad, pad], [pad, pad, pad, pad]]
+    assert shifted_targets(target, 6, pad).tolist() == [[pad] * 4, [pad] * 4]
+
+
+def test_head_weights_are_checked():
+    assert parse_head_weights(None, 3) == [1.0, 1.0, 1.0]
+    assert parse_head_weights("1,0.5,0", 3) == [1.0, 0.5, 0.0]
+    with pytest.raises(ValueError, match="needs 3 non-negative weights"):
+        parse_head_weights("1,1", 3)
+
+
+def test_loss_is_the_weighted_sum_of_shifted_head_losses(toy_experiment):
+    dictionary = toy_dictionary(toy_experiment)
+    model = build_blockwise(dictionary, block_heads=3)
+    batch = make_batch(dictionary, [[4, 5, 6, 7], [8, 9]])
+    target = torch.tensor([[10, 11, 12, dictionary.eos()], [13, dictionary.eos(), 1, 1]])
+    prev = torch.tensor([[dictionary.eos(), 10, 11, 12], [dictionary.eos(), 13, 1, 1]])
+    sample = {"net_input": {**batch["net_input"], "prev_output_tokens": prev}, "target": target, "ntokens": 6}
+    task = SimpleNamespace(target_dictionary=dictionary)
+    criterion = BlockwiseCrossEntropyCriterion(task, head_weights="1,0.5,0.25")
+    loss, sample_size, log = criterion(model, sample)
+    logits = model.decoder.head_logits(model(**sample["net_input"], features_only=True)[0])
+    expected = 0.0
+    for head, weight in enumerate([1.0, 0.5, 0.25]):
+        lprobs = torch.log_softmax(logits[head], -1)
+        # by hand: head 2 at position 0 of row 0 predicts 11, head 3 predicts 12; row 1 has EOS then pads
+        targets = {0: [[10, 11, 12, 2], [13, 2]], 1: [[11, 12, 2], [2]], 2: [[12, 2], []]}[head]
+        for row, row_targets in enumerate(targets):
+            for position, token in enumerate(row_targets):
+                expected -= weight * lprobs[row, position, token].item()
+    assert sample_size == 6
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    assert [log[f"count_{h}"] for h in (1, 2, 3)] == [6, 4, 2]
+
+
+def test_random_head_trains_one_head_per_batch_and_skips_a_frozen_identity(toy_experiment):
+    dictionary = toy_dictionary(toy_experiment)
+    model = build_blockwise(dictionary, block_heads=3, identity_first_head=True, freeze_base=True)
+    batch = make_batch(dictionary, [[4, 5, 6]])
+    sample = {"net_input": {**batch["net_input"], "prev_output_tokens": torch.tensor([[2, 10, 11]])},
+              "target": torch.tensor([[10, 11, 2]]), "ntokens": 3}
+    criterion = BlockwiseCrossEntropyCriterion(SimpleNamespace(target_dictionary=dictionary), random_head=True)
+    drawn = set()
+    for seed in range(30):
+        torch.manual_seed(seed)
+        _, _, log = criterion(model, sample)
+        drawn |= {h for h in (1, 2, 3) if log[f"count_{h}"] > 0}
+        assert sum(log[f"count_{h}"] > 0 for h in (1, 2, 3)) == 1
+    assert drawn == {2, 3}
+
+
+def test_fairseq_train_trains_blockwise_heads_and_generates(toy_experiment, tmp_path):
+    save = tmp_path / "checkpoints"
+    output = run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
+                         *BLOCKWISE, "--block-heads", 4, "--criterion", "blockwise_cross_entropy",
+                         "--label-smoothing", 0.1, "--max-update", 6, "--save-dir", save, "--log-interval", 1,
+                         "--log-format", "simple")
+    assert "acc_4" in output and "nll_3" in output and "done training" in output
+    generated = run_fairseq("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task",
+                            "translation_pardec", "--path", save / "checkpoint_last.pt", "--beam", 1,
+                            "--batch-size", 8)
+    assert generated.count("\nH-") == 100
+    base = tmp_path / "base.pt"
+    shutil.copy(toy_experiment["checkpoint"], base)
+    frozen = run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
+                         *BLOCKWISE, "--block-heads", 2, "--identity-first-head", "--freeze-base",
+                         "--init-base-from", base, "--criterion", "blockwise_cross_entropy", "--random-head",
+                         "--max-update", 3, "--save-dir", tmp_path / "frozen", "--log-format", "simple")
+    assert "done training" in frozen
+    base.unlink()  # the trained checkpoint does not need its base any more
+    generated = run_fairseq("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation",
+                            "--path", tmp_path / "frozen" / "checkpoint_last.pt", "--beam", 1, "--batch-size", 8)
+    reference = run_fairseq("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation",
+                            "--path", toy_experiment["checkpoint"], "--beam", 1, "--batch-size", 8)
+    assert len(hypotheses(reference)) == 100
+    assert hypotheses(generated) == hypotheses(reference)  # identity head 1, frozen base: the base's output
+
+
+def test_blockwise_training_with_two_local_processes(toy_experiment, tmp_path):
+    output = run_script("train_distributed.sh", "--nproc", 2, "--backend", "gloo",
+                        "--master", f"127.0.0.1:{free_port()}", "--log-dir", tmp_path / "logs", "--",
+                        toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
+                        *BLOCKWISE, "--block-heads", 3, "--criterion", "blockwise_cross_entropy",
+                        "--random-head", "--max-update", 4, "--save-dir", tmp_path / "checkpoints")
+    assert "distributed init (rank 1)" in (tmp_path / "logs" / "rank1.log").read_text()
+    assert "done training" in output
+    assert (tmp_path / "checkpoints" / "checkpoint_last.pt").exists()
