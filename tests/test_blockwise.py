@@ -2,22 +2,27 @@
 Transformer output, each head i is trained on the targets i - 1 positions ahead, and fairseq-train
 trains it from the command line, distributed included."""
 import argparse
+import json
 import re
 import shutil
 from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
 
 from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
+from pardec_fairseq.decoding import DecodingConfig, build_generator
 from pardec_fairseq.criterions.blockwise_cross_entropy import (BlockwiseCrossEntropyCriterion,
                                                                parse_head_weights, shifted_targets)
 from pardec_fairseq.models.blockwise_transformer import BlockwiseTransformerModel, blockwise_architecture
+from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, model_for, plugin, sentences
 from test_scripts import free_port, run_script
-from tiny import make_batch
+from tiny import build_transformer, make_batch, make_dictionary
 
 TOY_SIZES = dict(encoder_layers=1, decoder_layers=1, encoder_embed_dim=32, decoder_embed_dim=32,
                  encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=2,
@@ -147,7 +152,13 @@ def test_fairseq_train_trains_blockwise_heads_and_generates(toy_experiment, tmp_
     generated = run_fairseq("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task",
                             "translation_pardec", "--path", save / "checkpoint_last.pt", "--beam", 1,
                             "--batch-size", 8)
-    assert generated.count("\nH-") == 100
+    assert len(hypotheses(generated)) == 100
+    for batch_size in (1, 16):
+        bpd = run_fairseq("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
+                          "--path", save / "checkpoint_last.pt", "--gen-algo", "bpd", "--batch-size", batch_size,
+                          "--pardec-stats", tmp_path / "stats.json")
+        assert hypotheses(bpd) == hypotheses(generated)
+        assert json.loads((tmp_path / "stats.json").read_text())["sentences"] == 100
     base = tmp_path / "base.pt"
     shutil.copy(toy_experiment["checkpoint"], base)
     frozen = run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
@@ -173,3 +184,45 @@ def test_blockwise_training_with_two_local_processes(toy_experiment, tmp_path):
     assert "distributed init (rank 1)" in (tmp_path / "logs" / "rank1.log").read_text()
     assert "done training" in output
     assert (tmp_path / "checkpoints" / "checkpoint_last.pt").exists()
+
+
+def test_bpd_accepts_whole_blocks_the_heads_get_right():
+    dictionary = make_dictionary(20)
+    # a model that says w3 until the length limit, with heads equal to head 1: every draft is right
+    model = build_transformer(dictionary, seed=1, eos_bias=-50.0, block_heads=4)
+    with torch.no_grad():
+        model.decoder.output_projection.bias[dictionary.index("w3")] = 50.0
+        model.decoder.blockwise_heads.fc2.weight.zero_()
+        model.decoder.blockwise_heads.fc2.bias.zero_()
+    batch = make_batch(dictionary, [[4, 5, 6], [7, 8]])
+    options = argparse.Namespace(max_len_a=0, max_len_b=13, min_len=1, unkpen=0, lenpen=1, temperature=1.0)
+    generator = build_generator("bpd", [model], dictionary, options, DecodingConfig())
+    hypos = generator.generate([model], batch)
+    assert [h[0]["tokens"].tolist() for h in hypos] == [[dictionary.index("w3")] * 13 + [dictionary.eos()]] * 2
+    # first pass: 1 token (no draft yet); then 3 drafted + 1 own token per pass; EOS forced after 13
+    assert [s.iterations for s in generator.stats.per_sentence] == [5, 5]
+
+
+def test_bpd_refuses_models_without_heads():
+    dictionary = make_dictionary(20)
+    options = argparse.Namespace(max_len_a=0, max_len_b=5, min_len=1, unkpen=0, lenpen=1, temperature=1.0)
+    with pytest.raises(ValueError, match="blockwise_transformer"):
+        build_generator("bpd", [build_transformer(dictionary)], dictionary, options, DecodingConfig())
+    with pytest.raises(ValueError, match="--block-heads 2 or more"):
+        build_generator("bpd", [build_transformer(dictionary, block_heads=1)], dictionary, options, DecodingConfig())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), block_heads=st.integers(2, 6), zero_heads=st.booleans(),
+       identity_first_head=st.booleans(), eos_bias=st.floats(-2.0, 3.0), batch=sentences,
+       max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6))
+def test_bpd_equals_fairseq_greedy_of_head_one(seed, block_heads, zero_heads, identity_first_head, eos_bias, batch,
+                                              max_len_b, batch_of):
+    dictionary = make_dictionary(20)
+    model = model_for("bpd", dictionary, block_heads, zero_heads, identity_first_head, seed=seed, layers=2,
+                      eos_bias=eos_bias)
+    collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
+    expected = fairseq_beam_one([model], dictionary, collated, max_len_b=max_len_b)
+    actual, stats = plugin("bpd", [model], dictionary, collated, max_len_b=max_len_b)
+    assert_same_hypotheses(expected, actual)
+    assert stats.iterations <= stats.tokens

@@ -11,7 +11,21 @@ from pardec_fairseq.decoding import DecodingConfig, build_generator
 from tiny import build_transformer, make_batch, make_dictionary
 
 GENERATION_DEFAULTS = dict(max_len_a=0.0, max_len_b=200, min_len=1, unkpen=0.0, lenpen=1.0, temperature=1.0)
-LOSSLESS = ["greedy", "iad", "jacobi", "gs-jacobi", "hybrid-jacobi"]
+LOSSLESS = ["greedy", "iad", "jacobi", "gs-jacobi", "hybrid-jacobi", "bpd"]
+
+
+def model_for(algorithm, dictionary, block_heads=3, zero_heads=False, identity_first_head=False, **options):
+    """A random model the algorithm can run: bpd needs a blockwise_transformer (its head 1 is what
+    fairseq decodes). ``zero_heads``: every head equals head 1, so drafts repeat its next token and
+    are often accepted by random models, which tend to repeat themselves."""
+    if algorithm != "bpd":
+        return build_transformer(dictionary, **options)
+    model = build_transformer(dictionary, block_heads=block_heads, identity_first_head=identity_first_head, **options)
+    if zero_heads:
+        with torch.no_grad():
+            model.decoder.blockwise_heads.fc2.weight.zero_()
+            model.decoder.blockwise_heads.fc2.bias.zero_()
+    return model
 
 
 def fairseq_beam_one(models, dictionary, batch, **generation):
@@ -69,12 +83,16 @@ decoding_configs = st.builds(
     min_len=st.integers(0, 3),
     unkpen=st.sampled_from([0.0, 2.0, -2.0]),
     lenpen=st.sampled_from([1.0, 0.5]),
+    block_heads=st.integers(2, 5),
+    zero_heads=st.booleans(),
+    identity_first_head=st.booleans(),
 )
 def test_lossless_algorithms_equal_beam_one(algorithm, decoding, seed, layers, embed_dim, learned_positions,
-                                            eos_bias, batch, max_len_b, min_len, unkpen, lenpen):
+                                            eos_bias, batch, max_len_b, min_len, unkpen, lenpen, block_heads,
+                                            zero_heads, identity_first_head):
     dictionary = make_dictionary(20)
-    model = build_transformer(dictionary, seed=seed, layers=layers, embed_dim=embed_dim, eos_bias=eos_bias,
-                              learned_positions=learned_positions)
+    model = model_for(algorithm, dictionary, block_heads, zero_heads, identity_first_head, seed=seed, layers=layers,
+                      embed_dim=embed_dim, eos_bias=eos_bias, learned_positions=learned_positions)
     min_len = min(min_len, max_len_b)
     collated = make_batch(dictionary, batch)
     generation = dict(max_len_b=max_len_b, min_len=min_len, unkpen=unkpen, lenpen=lenpen)
@@ -87,7 +105,7 @@ def test_lossless_algorithms_equal_beam_one(algorithm, decoding, seed, layers, e
 @pytest.mark.parametrize("algorithm", LOSSLESS)
 def test_batch_output_equals_single_sentence_output(algorithm):
     dictionary = make_dictionary(20)
-    model = build_transformer(dictionary, seed=3, eos_bias=1.5)
+    model = model_for(algorithm, dictionary, zero_heads=True, seed=3, eos_bias=1.5)
     batch = [[4, 5, 6], [7], [8, 9, 10, 11, 12, 13, 14], [5, 5, 5, 5], [6, 7, 6, 7, 6, 7, 8]]
     collated = make_batch(dictionary, batch)
     together, _ = plugin(algorithm, [model], dictionary, collated, max_len_b=25)
@@ -100,8 +118,8 @@ def test_batch_output_equals_single_sentence_output(algorithm):
 @pytest.mark.parametrize("algorithm", LOSSLESS)
 def test_eos_on_first_step_and_forced_max_length(algorithm):
     dictionary = make_dictionary(20)
-    stops_at_once = build_transformer(dictionary, seed=5, eos_bias=50.0)
-    never_stops = build_transformer(dictionary, seed=5, eos_bias=-50.0)
+    stops_at_once = model_for(algorithm, dictionary, seed=5, eos_bias=50.0)
+    never_stops = model_for(algorithm, dictionary, zero_heads=True, seed=5, eos_bias=-50.0)
     batch = make_batch(dictionary, [[4, 5], [6, 7, 8]])
     cases = [(stops_at_once, dict(min_len=0), 1), (stops_at_once, {}, 2), (never_stops, dict(max_len_b=7), 8),
              (stops_at_once, dict(min_len=4), 5)]
@@ -114,7 +132,7 @@ def test_eos_on_first_step_and_forced_max_length(algorithm):
 @pytest.mark.parametrize("algorithm", LOSSLESS)
 def test_max_len_a_follows_the_padded_source_width_like_fairseq(algorithm):
     dictionary = make_dictionary(20)
-    model = build_transformer(dictionary, seed=2, eos_bias=-50.0)
+    model = model_for(algorithm, dictionary, seed=2, eos_bias=-50.0)
     batch = make_batch(dictionary, [[4] * 9, [5, 6]])
     generation = dict(max_len_a=0.5, max_len_b=2)
     actual, _ = plugin(algorithm, [model], dictionary, batch, **generation)
@@ -124,7 +142,7 @@ def test_max_len_a_follows_the_padded_source_width_like_fairseq(algorithm):
 @pytest.mark.parametrize("algorithm", LOSSLESS)
 def test_ensemble_and_temperature(algorithm):
     dictionary = make_dictionary(20)
-    models = [build_transformer(dictionary, seed=s, eos_bias=1.0) for s in (11, 12)]
+    models = [model_for(algorithm, dictionary, seed=s, eos_bias=1.0) for s in (11, 12)]
     batch = make_batch(dictionary, [[4, 5, 6, 7], [8, 9]])
     generation = dict(max_len_b=20, temperature=0.7)
     actual, _ = plugin(algorithm, models, dictionary, batch, **generation)

@@ -6,6 +6,8 @@ import torch
 from fairseq.data import Dictionary, LanguagePairDataset
 from fairseq.models.transformer import TransformerModel, base_architecture
 
+from pardec_fairseq.models.blockwise_transformer import BlockwiseTransformerModel, blockwise_architecture
+
 
 def make_dictionary(n_symbols):
     dictionary = Dictionary()
@@ -15,8 +17,10 @@ def make_dictionary(n_symbols):
 
 
 def build_transformer(dictionary, seed=0, layers=1, embed_dim=16, heads=2, ffn_dim=32,
-                      max_positions=64, eos_bias=0.0, learned_positions=False):
-    """A stock fairseq ``transformer`` with random weights; ``eos_bias`` shifts how soon it stops."""
+                      max_positions=64, eos_bias=0.0, learned_positions=False, block_heads=None,
+                      identity_first_head=False):
+    """A stock fairseq ``transformer`` with random weights; ``eos_bias`` shifts how soon it stops.
+    With ``block_heads``, a ``blockwise_transformer`` with that many heads."""
     args = argparse.Namespace(
         encoder_layers=layers, decoder_layers=layers,
         encoder_embed_dim=embed_dim, decoder_embed_dim=embed_dim,
@@ -26,10 +30,14 @@ def build_transformer(dictionary, seed=0, layers=1, embed_dim=16, heads=2, ffn_d
         dropout=0.0, share_all_embeddings=True,
         encoder_learned_pos=learned_positions, decoder_learned_pos=learned_positions,
     )
+    model_class = TransformerModel
+    if block_heads is not None:
+        args.block_heads, args.identity_first_head, model_class = block_heads, identity_first_head, BlockwiseTransformerModel
+        blockwise_architecture(args)
     base_architecture(args)
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
     torch.manual_seed(seed)
-    model = TransformerModel.build_model(args, task)
+    model = model_class.build_model(args, task)
     # an output bias on EOS alone (weights still tied) varies the output lengths of random models
     projection = torch.nn.Linear(embed_dim, len(dictionary), bias=True)
     projection.weight = model.decoder.output_projection.weight

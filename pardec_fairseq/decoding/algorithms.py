@@ -1,22 +1,25 @@
-"""The algorithms that need no extra training: greedy, input-guided aggressive decoding and the
-Jacobi family. Each is a drafter registered under its ``--gen-algo`` name."""
+"""The plugin's algorithms, each a drafter registered under its ``--gen-algo`` name: greedy,
+input-guided aggressive decoding and the Jacobi family need no extra training; blockwise parallel
+decoding drafts with the heads of a ``blockwise_transformer``."""
 from pardec_fairseq.decoding.drafters import NoDraft
+from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
 from pardec_fairseq.decoding.drafters.input_copy import InputCopyDrafter
 from pardec_fairseq.decoding.drafters.jacobi import JacobiDrafter
 from pardec_fairseq.decoding.registry import register_algorithm
 
 
 @register_algorithm("greedy")
-def greedy(cfg, src_dict, tgt_dict, max_positions):
+def greedy(cfg, src_dict, tgt_dict, models):
     return NoDraft()
 
 
 @register_algorithm("iad")
-def input_guided_aggressive_decoding(cfg, src_dict, tgt_dict, max_positions):
+def input_guided_aggressive_decoding(cfg, src_dict, tgt_dict, models):
     return InputCopyDrafter(src_dict, tgt_dict, cfg.iad_min_ngram, cfg.iad_max_ngram, cfg.iad_pass_tokens)
 
 
-def jacobi_block_size(cfg, max_positions):
+def jacobi_block_size(cfg, models):
+    max_positions = min(model.max_decoder_positions() for model in models)
     if cfg.jacobi_block_size >= max_positions:
         raise ValueError(f"--jacobi-block-size {cfg.jacobi_block_size} does not fit the model's "
                          f"{max_positions} target positions; use a block size below {max_positions}")
@@ -24,17 +27,22 @@ def jacobi_block_size(cfg, max_positions):
 
 
 @register_algorithm("jacobi")
-def parallel_jacobi(cfg, src_dict, tgt_dict, max_positions):
+def parallel_jacobi(cfg, src_dict, tgt_dict, models):
     return JacobiDrafter(tgt_dict.pad())
 
 
 @register_algorithm("gs-jacobi")
-def gauss_seidel_jacobi(cfg, src_dict, tgt_dict, max_positions):
-    return JacobiDrafter(tgt_dict.pad(), jacobi_block_size(cfg, max_positions))
+def gauss_seidel_jacobi(cfg, src_dict, tgt_dict, models):
+    return JacobiDrafter(tgt_dict.pad(), jacobi_block_size(cfg, models))
 
 
 @register_algorithm("hybrid-jacobi")
-def hybrid_jacobi(cfg, src_dict, tgt_dict, max_positions):
-    block_size = jacobi_block_size(cfg, max_positions)
+def hybrid_jacobi(cfg, src_dict, tgt_dict, models):
+    block_size = jacobi_block_size(cfg, models)
     parallel_length = cfg.jacobi_parallel_length
     return JacobiDrafter(tgt_dict.pad(), block_size, 4 * block_size if parallel_length is None else parallel_length)
+
+
+@register_algorithm("bpd")
+def blockwise_parallel_decoding(cfg, src_dict, tgt_dict, models):
+    return BlockwiseHeadsDrafter(models[0].decoder)

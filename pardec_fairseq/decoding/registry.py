@@ -10,7 +10,7 @@ ALGORITHMS = {}
 
 
 def register_algorithm(name):
-    """Register ``build_drafter(cfg, src_dict, tgt_dict, max_positions) -> Drafter`` as ``name``."""
+    """Register ``build_drafter(cfg, src_dict, tgt_dict, models) -> Drafter`` as ``name``."""
 
     def register(build_drafter):
         if name in ALGORITHMS:
@@ -24,7 +24,6 @@ def register_algorithm(name):
 def build_generator(algorithm, models, tgt_dict, generation_args, task_cfg, stats_path=None, src_dict=None):
     options = DecodingOptions.from_generation_args(generation_args, algorithm)
     cfg = decoding_config(task_cfg)
-    max_positions = min(model.max_decoder_positions() for model in models)
-    drafter = ALGORITHMS[algorithm](cfg, src_dict if src_dict is not None else tgt_dict, tgt_dict, max_positions)
+    drafter = ALGORITHMS[algorithm](cfg, src_dict if src_dict is not None else tgt_dict, tgt_dict, models)
     decoder = DraftVerifyDecoder(drafter, build_acceptance(cfg), tgt_dict, options)
     return ParallelDecodingGenerator(algorithm, decoder, models, tgt_dict, options, stats_path)

@@ -27,7 +27,8 @@ class TranslationPardecConfig(TranslationConfig, DecodingConfig):
             "help": "decoding algorithm: 'fairseq' is fairseq's own SequenceGenerator (beam search, "
             "sampling, ...); the others draft, verify and accept on the model: 'greedy' (one token per "
             "pass), 'iad' (input-guided aggressive decoding: drafts by copying the source), 'jacobi', "
-            "'gs-jacobi', 'hybrid-jacobi' (Jacobi iteration, whole output or blocks); with the default "
+            "'gs-jacobi', 'hybrid-jacobi' (Jacobi iteration, whole output or blocks), 'bpd' (blockwise "
+            "parallel decoding with the heads of a blockwise_transformer); with the default "
             "--acceptance exact all of them output exactly what --beam 1 outputs"
         },
     )
