@@ -16,7 +16,6 @@ from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
 
 from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
-from pardec_fairseq.decoding import DecodingConfig, build_generator
 from pardec_fairseq.criterions.blockwise_cross_entropy import (BlockwiseCrossEntropyCriterion,
                                                                parse_head_weights, shifted_targets)
 from pardec_fairseq.models.blockwise_transformer import BlockwiseTransformerModel, blockwise_architecture
@@ -192,27 +191,23 @@ def test_blockwise_training_with_two_local_processes(toy_experiment, tmp_path):
 def test_bpd_accepts_whole_blocks_the_heads_get_right():
     dictionary = make_dictionary(20)
     # a model that says w3 until the length limit, with heads equal to head 1: every draft is right
-    model = build_transformer(dictionary, seed=1, eos_bias=-50.0, block_heads=4)
+    model = model_for("bpd", dictionary, block_heads=4, zero_heads=True, seed=1, eos_bias=-50.0)
     with torch.no_grad():
         model.decoder.output_projection.bias[dictionary.index("w3")] = 50.0
-        model.decoder.blockwise_heads.fc2.weight.zero_()
-        model.decoder.blockwise_heads.fc2.bias.zero_()
     batch = make_batch(dictionary, [[4, 5, 6], [7, 8]])
-    options = argparse.Namespace(max_len_a=0, max_len_b=13, min_len=1, unkpen=0, lenpen=1, temperature=1.0)
-    generator = build_generator("bpd", [model], dictionary, options, DecodingConfig())
-    hypos = generator.generate([model], batch)
+    hypos, stats = plugin("bpd", [model], dictionary, batch, max_len_b=13)
     assert [h[0]["tokens"].tolist() for h in hypos] == [[dictionary.index("w3")] * 13 + [dictionary.eos()]] * 2
     # first pass: 1 token (no draft yet); then 3 drafted + 1 own token per pass; EOS forced after 13
-    assert [s.iterations for s in generator.stats.per_sentence] == [5, 5]
+    assert [s.iterations for s in stats.per_sentence] == [5, 5]
 
 
 def test_bpd_refuses_models_without_heads():
     dictionary = make_dictionary(20)
-    options = argparse.Namespace(max_len_a=0, max_len_b=5, min_len=1, unkpen=0, lenpen=1, temperature=1.0)
+    batch = make_batch(dictionary, [[4, 5]])
     with pytest.raises(ValueError, match="blockwise_transformer"):
-        build_generator("bpd", [build_transformer(dictionary)], dictionary, options, DecodingConfig())
+        plugin("bpd", [build_transformer(dictionary)], dictionary, batch)
     with pytest.raises(ValueError, match="--block-heads 2 or more"):
-        build_generator("bpd", [build_transformer(dictionary, block_heads=1)], dictionary, options, DecodingConfig())
+        plugin("bpd", [build_transformer(dictionary, block_heads=1)], dictionary, batch)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -33,10 +33,12 @@ class BlockwiseHeads(nn.Module):
             nn.init.xavier_uniform_(layer.weight)
             nn.init.constant_(layer.bias, 0.0)
 
+    def _hidden(self, h: Tensor) -> Tensor:
+        return self.dropout(F.relu(self.fc1(h)))
+
     def forward(self, h: Tensor) -> Tensor:
         """``[..., d]`` -> ``[..., k, d]``: the features of every head."""
-        hidden = self.dropout(F.relu(self.fc1(h)))
-        heads = self.fc2(hidden).view(*h.shape[:-1], self.learned, self.embed_dim) + h.unsqueeze(-2)
+        heads = self.fc2(self._hidden(h)).view(*h.shape[:-1], self.learned, self.embed_dim) + h.unsqueeze(-2)
         if self.identity_first:
             heads = torch.cat([h.unsqueeze(-2), heads], dim=-2)
         return heads
@@ -45,8 +47,7 @@ class BlockwiseHeads(nn.Module):
         """Head 1 alone, without computing the others' outputs."""
         if self.identity_first:
             return h
-        hidden = self.dropout(F.relu(self.fc1(h)))
-        return h + F.linear(hidden, self.fc2.weight[: self.embed_dim], self.fc2.bias[: self.embed_dim])
+        return h + F.linear(self._hidden(h), self.fc2.weight[: self.embed_dim], self.fc2.bias[: self.embed_dim])
 
 
 class BlockwiseTransformerDecoder(TransformerDecoderBase):
