@@ -80,3 +80,5 @@ def test_algorithm_variants_name_their_options_or_fail_clearly():
         algorithm_variant("nope")
     with pytest.raises(argparse.ArgumentTypeError, match="'block-size' is not option=value.*iad-pass-tokens"):
         algorithm_variant("iad:block-size=3")
+    with pytest.raises(argparse.ArgumentTypeError, match="iad-pass-tokens takes a value, not none"):
+        algorithm_variant("iad:iad-pass-tokens=none")

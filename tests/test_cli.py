@@ -28,14 +28,15 @@ def fairseq_beam_one(toy_experiment):
     return result
 
 
-@pytest.mark.parametrize("algorithm, batch_size", [("greedy", 50), ("greedy", 8), ("greedy", 1),
-                                                   ("iad", 50), ("iad", 1), ("jacobi", 16), ("gs-jacobi", 50),
-                                                   ("gs-jacobi", 1), ("hybrid-jacobi", 7)])
+@pytest.mark.parametrize("algorithm, batch_size, options", [
+    ("greedy", 50, ()), ("greedy", 8, ()), ("greedy", 1, ()), ("iad", 50, ()), ("iad", 1, ()),
+    ("iad", 50, ("--iad-pass-tokens", 0)), ("jacobi", 16, ()), ("gs-jacobi", 50, ()), ("gs-jacobi", 1, ()),
+    ("hybrid-jacobi", 7, ())])
 def test_generate_equals_beam_one_on_every_sentence(toy_experiment, fairseq_beam_one, algorithm, batch_size,
-                                                    tmp_path):
+                                                    options, tmp_path):
     stats_path = tmp_path / "stats.json"
     output = generate(toy_experiment, "--task", "translation_pardec", "--gen-algo", algorithm,
-                      "--batch-size", batch_size, "--pardec-stats", stats_path, "--jacobi-block-size", 3)
+                      "--batch-size", batch_size, "--pardec-stats", stats_path, "--jacobi-block-size", 3, *options)
     assert hypotheses(output) == fairseq_beam_one
 
     stats = json.loads(stats_path.read_text())

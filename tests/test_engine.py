@@ -170,7 +170,7 @@ def test_input_copy_cuts_drafts_to_the_pass_token_budget():
     dictionary = make_dictionary(20)
     source = torch.tensor([[4, 5, 6, 7, 8, 9, dictionary.eos()]] * 3)
     outputs = [[], [4], [4, 5, 6, 7, 8]]  # drafts of 7, 6 and 2 tokens without a budget
-    budgets = {None: [7, 6, 2], 12: [3, 3, 2], 3: [0, 0, 0]}  # 12 // 3 rows - 1 = 3; 3 // 3 - 1 = 0
+    budgets = {0: [7, 6, 2], 12: [3, 3, 2], 3: [0, 0, 0]}  # 12 // 3 rows - 1 = 3; 3 // 3 - 1 = 0
     for budget, expected in budgets.items():
         drafter = InputCopyDrafter(dictionary, dictionary, pass_tokens=budget)
         drafter.begin({"src_tokens": source}, max_len=30)
@@ -178,7 +178,7 @@ def test_input_copy_cuts_drafts_to_the_pass_token_budget():
         assert proposal.lengths.tolist() == expected
         assert proposal.tokens[0, :expected[0]].tolist() == [4, 5, 6, 7, 8, 9, dictionary.eos()][:expected[0]]
     with pytest.raises(ValueError, match="--iad-pass-tokens"):
-        InputCopyDrafter(dictionary, dictionary, pass_tokens=0)
+        InputCopyDrafter(dictionary, dictionary, pass_tokens=-1)
 
 
 def test_input_copy_maps_separate_dictionaries_by_symbol():

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 from argparse import Namespace
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,7 @@ def algorithm_variant(spec):
     if name not in ALGORITHMS:
         raise argparse.ArgumentTypeError(f"unknown algorithm {name!r}; choose from {', '.join(sorted(ALGORITHMS))}")
     options = {f.name for f in dataclasses.fields(DecodingConfig)}
+    hints = typing.get_type_hints(DecodingConfig)
     values = {}
     for item in filter(None, overrides.split(",")):
         key, equals, value = item.partition("=")
@@ -62,6 +64,8 @@ def algorithm_variant(spec):
             values[option] = None if value.lower() == "none" else ast.literal_eval(value)
         except (ValueError, SyntaxError):
             values[option] = value  # a word, such as an --acceptance rule
+        if values[option] is None and type(None) not in typing.get_args(hints[option]):
+            raise argparse.ArgumentTypeError(f"{spec!r}: {key.strip()} takes a value, not none")
     return name, values
 
 

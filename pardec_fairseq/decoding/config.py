@@ -36,11 +36,12 @@ class DecodingConfig(FairseqDataclass):
     iad_max_ngram: int = field(
         default=3, metadata={"help": "iad: longest output suffix tried when shorter ones occur several times "
                              "in the source (the reference code's 1..3)"})
-    iad_pass_tokens: Optional[int] = field(
+    iad_pass_tokens: int = field(
         default=128,
         metadata={"help": "iad: at most this many tokens, rows x (draft + 1), in one verifier pass; drafts "
-                  "are cut to fit (lossless). On a CPU a pass costs in proportion to its tokens, and a "
-                  "batch's rows are as wide as its longest draft; on a GPU a larger budget is cheap"},
+                  "are cut to fit (lossless); 0: no budget. On a CPU a pass costs in proportion to its "
+                  "tokens, and a batch's rows are as wide as its longest draft; on a GPU, where a pass "
+                  "costs about the same at any width, 0 is faster"},
     )
     jacobi_block_size: int = field(
         default=4, metadata={"help": "gs-jacobi, hybrid-jacobi: tokens decoded in parallel per block"})

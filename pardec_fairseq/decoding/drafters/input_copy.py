@@ -7,7 +7,7 @@ code does. No unique match, no draft: the pass then yields one token, and the ne
 
 A pass runs every row as wide as the batch's longest draft, so at batch sizes above 1 most of its
 tokens can be padding; ``pass_tokens`` bounds rows x (draft + 1), cutting every row's draft to the
-same length. The output does not change: a cut draft continues in the next pass.
+same length (0: no budget). The output does not change: a cut draft continues in the next pass.
 """
 import torch
 
@@ -16,11 +16,12 @@ from pardec_fairseq.decoding.proposals import Proposal
 
 
 class InputCopyDrafter(Drafter):
-    def __init__(self, src_dict, tgt_dict, min_ngram=1, max_ngram=3, pass_tokens=None):
+    def __init__(self, src_dict, tgt_dict, min_ngram=1, max_ngram=3, pass_tokens=0):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"iad needs 1 <= --iad-min-ngram <= --iad-max-ngram (got {min_ngram}, {max_ngram})")
-        if pass_tokens is not None and pass_tokens < 1:
-            raise ValueError(f"--iad-pass-tokens must be at least 1 (got {pass_tokens})")
+        if pass_tokens < 0:
+            raise ValueError(f"--iad-pass-tokens must be 0 (no budget) or a positive number of tokens "
+                             f"(got {pass_tokens})")
         self.min_ngram, self.max_ngram, self.pass_tokens = min_ngram, max_ngram, pass_tokens
         self.pad = tgt_dict.pad()
         # source token ids -> target token ids by symbol, so separate dictionaries work too
@@ -48,7 +49,7 @@ class InputCopyDrafter(Drafter):
             start = torch.where(unique, hits.long().argmax(1) + n, start)
             undecided = undecided & long_enough & count.gt(1)
         draft_lengths = width - start
-        if self.pass_tokens is not None:
+        if self.pass_tokens:
             draft_lengths = draft_lengths.clamp(max=max(0, self.pass_tokens // lengths.size(0) - 1))
         index = start.unsqueeze(1) + torch.arange(int(draft_lengths.max()), device=lengths.device)
         tokens = self.source.gather(1, index.clamp(max=width - 1)).masked_fill_(index >= width, self.pad)
