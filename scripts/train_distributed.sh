@@ -22,8 +22,11 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || { echo "train_distributed.sh: give fairseq-train's arguments after --" >&2; exit 2; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-train="$root/.venv/bin/fairseq-train"
-[ -x "$train" ] || train=fairseq-train
+python="$root/.venv/bin/python"
+[ -x "$python" ] || python=python3
+# fairseq-train, closing the process group before exit (see pardec_fairseq/cli/train_rank.py)
+train=("$python" -m pardec_fairseq.cli.train_rank)
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 world=$((nproc * nnodes))
 case "$backend" in
   gloo) device_flags=(--cpu --ddp-backend legacy_ddp) ;;
@@ -36,7 +39,7 @@ pids=()
 for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   rank=$((node_rank * nproc + local_rank))
   device_id=$([ "$backend" = nccl ] && echo "$local_rank" || echo 0)
-  command=("$train" "$@" "${device_flags[@]}" --distributed-backend "$backend"
+  command=("${train[@]}" "$@" "${device_flags[@]}" --distributed-backend "$backend"
            --distributed-init-method "tcp://$master" --distributed-world-size "$world"
            --distributed-rank "$rank" --distributed-no-spawn --device-id "$device_id")
   if [ "$rank" -eq 0 ] || [ -z "$log_dir" ]; then
