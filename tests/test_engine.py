@@ -166,6 +166,32 @@ def test_input_copy_drafts_after_a_unique_source_match():
     assert longer_only.propose(state_with_output([[6]])).lengths.tolist() == [0]  # 1 token < 2
 
 
+def test_input_copy_reenters_near_the_expected_source_position():
+    dictionary = make_dictionary(20)
+    eos, pad = dictionary.eos(), dictionary.pad()
+    #        source positions: 1 2 3 4 5 6 7 8 9 10 (0 is padding)
+    source = torch.tensor([[pad, 4, 5, 6, 4, 5, 7, 8, 4, 5, 9, eos]])
+    drafts = {}
+    for reentry in ("unique", "nearest", "expected"):
+        drafter = InputCopyDrafter(dictionary, dictionary, max_ngram=2, reentry=reentry)
+        drafter.begin({"src_tokens": source}, max_len=30)
+        first = drafter.propose(state_with_output([[]]))
+        assert first.lengths.tolist() == [11]
+        # the verifier kept 6 drafted tokens and chose 13 instead of "8": the copy would go on at
+        # source position 8 (after 6 + 1 tokens); "13" does not occur in the source
+        drafter.update(None, SimpleNamespace(accepted=torch.tensor([6])), None)
+        after_substitution = drafter.propose(state_with_output([[4, 5, 6, 4, 5, 7, 13]]))
+        drafter.update(None, SimpleNamespace(accepted=torch.tensor([0])), None)
+        # expected position now 9; the output has gone on with "4 5", which occurs three times
+        ambiguous = drafter.propose(state_with_output([[4, 5, 6, 4, 5, 7, 13, 4, 5]]))
+        drafts[reentry] = [p.tokens[0, :int(p.lengths[0])].tolist() for p in (after_substitution, ambiguous)]
+    assert drafts["unique"] == [[], []]  # the reference rule waits
+    assert drafts["nearest"] == [[], [9, eos]]  # the occurrence of "4 5" at 8-9, not 1-2 or 4-5
+    assert drafts["expected"] == [[4, 5, 9, eos], [9, eos]]  # guess: a substitution, go on after it
+    with pytest.raises(ValueError, match="--iad-reentry must be one of"):
+        InputCopyDrafter(dictionary, dictionary, reentry="first")
+
+
 def test_input_copy_cuts_drafts_to_the_pass_token_budget():
     dictionary = make_dictionary(20)
     source = torch.tensor([[4, 5, 6, 7, 8, 9, dictionary.eos()]] * 3)

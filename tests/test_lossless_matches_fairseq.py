@@ -64,7 +64,7 @@ sentences = st.lists(
 decoding_configs = st.builds(
     DecodingConfig,
     iad_min_ngram=st.integers(1, 2), iad_max_ngram=st.integers(2, 4),
-    iad_pass_tokens=st.integers(0, 40),
+    iad_pass_tokens=st.integers(0, 40), iad_reentry=st.sampled_from(["unique", "nearest", "expected"]),
     jacobi_block_size=st.integers(1, 6), jacobi_parallel_length=st.one_of(st.none(), st.integers(0, 12)),
 )
 

@@ -7,6 +7,7 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 ACCEPTANCE_CHOICES = ChoiceEnum(["exact", "top-k", "top-beta", "distance"])
+IAD_REENTRY_CHOICES = ChoiceEnum(["unique", "nearest", "expected"])
 
 
 @dataclass
@@ -36,6 +37,14 @@ class DecodingConfig(FairseqDataclass):
     iad_max_ngram: int = field(
         default=3, metadata={"help": "iad: longest output suffix tried when shorter ones occur several times "
                              "in the source (the reference code's 1..3)"})
+    iad_reentry: IAD_REENTRY_CHOICES = field(
+        default="unique",
+        metadata={"help": "iad: when to draft again after a rejection. 'unique': after a unique occurrence "
+                  "of the output's last tokens in the source (the reference code); 'nearest': also when "
+                  "they occur several times, at the occurrence nearest the source position the copy is "
+                  "expected to continue from; 'expected': as 'nearest', and from that position when they "
+                  "do not occur (a substitution). Lossless in every case"},
+    )
     iad_pass_tokens: int = field(
         default=128,
         metadata={"help": "iad: at most this many tokens, rows x (draft + 1), in one verifier pass; drafts "
