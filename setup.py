@@ -16,6 +16,7 @@ setup(
     entry_points={
         "console_scripts": [
             "pardec-bench=pardec_fairseq.cli.bench:main",
+            "pardec-analyze-heads=pardec_fairseq.cli.analyze_heads:main",
             "pardec-ddgviz=pardec_fairseq.cli.ddgviz:main",
             "pardec-pass-cost=pardec_fairseq.cli.pass_cost:main",
         ]

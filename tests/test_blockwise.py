@@ -16,6 +16,7 @@ from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
 
 from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
+from pardec_fairseq.cli import analyze_heads
 from pardec_fairseq.criterions.blockwise_cross_entropy import (BlockwiseCrossEntropyCriterion,
                                                                parse_head_weights, shifted_targets)
 from pardec_fairseq.models.blockwise_transformer import BlockwiseTransformerModel, blockwise_architecture
@@ -158,6 +159,15 @@ def test_fairseq_train_trains_blockwise_heads_and_generates(toy_experiment, tmp_
                           "--pardec-stats", tmp_path / "stats.json")
         assert hypotheses(bpd) == hypotheses(generated)
         assert json.loads((tmp_path / "stats.json").read_text())["sentences"] == 100
+    # the heads' analysis: its top-1 oracle is what bpd did, sentence for sentence
+    analysis = tmp_path / "analysis"
+    analyze_heads.main([str(toy_experiment["data"]), "--path", str(save / "checkpoint_last.pt"), "-s", "src", "-t",
+                        "tgt", "--top-k", "1", "3", "--batch-size", "7", "--out-dir", str(analysis)])
+    summary = json.loads((analysis / "heads.json").read_text())
+    bpd_iterations = {s["id"]: s["iterations"] for s in json.loads((tmp_path / "stats.json").read_text())["per_sentence"]}
+    assert {int(i): n for i, n in summary["passes"]["1"].items()} == bpd_iterations
+    assert summary["block_efficiency"]["3"] >= summary["block_efficiency"]["1"]
+    assert "| 4 |" in (analysis / "heads.md").read_text() and (analysis / "heads.png").stat().st_size > 10_000
     base = tmp_path / "base.pt"
     shutil.copy(toy_experiment["checkpoint"], base)
     frozen = run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
@@ -201,6 +211,13 @@ def test_bpd_accepts_whole_blocks_the_heads_get_right():
     assert [s.iterations for s in stats.per_sentence] == [5, 5]
 
 
+def test_oracle_passes_follow_the_engine_walk():
+    # 14 tokens, every draft of 3 kept, drafts end at index 13: 1 + 4 + 4 + 4 tokens, then the forced EOS
+    assert analyze_heads.oracle_passes([3] * 14, length=14, max_len=13) == 5
+    assert analyze_heads.oracle_passes([0] * 5, length=5, max_len=200) == 5  # nothing kept: greedy
+    assert analyze_heads.oracle_passes([2, 0, 0, 0, 0], length=5, max_len=200) == 3  # 1, then 3, then 1
+
+
 def test_bpd_refuses_models_without_heads():
     dictionary = make_dictionary(20)
     batch = make_batch(dictionary, [[4, 5]])
@@ -224,3 +241,7 @@ def test_bpd_equals_fairseq_greedy_of_head_one(seed, block_heads, zero_heads, id
     actual, stats = plugin("bpd", [model], dictionary, collated, max_len_b=max_len_b)
     assert_same_hypotheses(expected, actual)
     assert stats.iterations <= stats.tokens
+    # the heads' analysis predicts bpd's passes from one teacher-forced run over the greedy output
+    analysis = analyze_heads.analyze([model], dictionary, [collated], 0.0, max_len_b, top_ks=[1, 2])
+    assert analysis.passes[1] == {s.id: s.iterations for s in stats.per_sentence}
+    assert analysis.lengths == {s.id: s.hyp_len for s in stats.per_sentence}
