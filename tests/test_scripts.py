@@ -1,7 +1,10 @@
-"""The shell helpers: distributed training with two local processes, and sequence-level distillation."""
+"""The helper scripts: distributed training with two local processes, sequence-level distillation, the
+blockwise results table."""
 import filecmp
+import json
 import socket
 import subprocess
+import sys
 
 from fairseq.data import Dictionary, data_utils
 
@@ -53,3 +56,27 @@ def test_check_lossless_compares_every_sentence_through_fairseq_generate(toy_exp
                         "-s", "src", "-t", "tgt", "--gen-algo", "greedy", "--batch-sizes", "1 50")
     assert output.splitlines() == [
         f"greedy batch {b}: 100 of 100 hypotheses identical to fairseq --beam 1" for b in (1, 50)]
+
+
+def test_blockwise_table_collects_every_model_of_the_recipe(tmp_path):
+    def bench(folder, greedy_bleu, rules):
+        folder.mkdir()
+        results = [{"algorithm": "fairseq-greedy", "bleu": greedy_bleu}]
+        results += [{"algorithm": name, "bleu": bleu, "mean_accepted": block, "speedup_vs_greedy": speedup}
+                    for name, (bleu, block, speedup) in rules.items()]
+        meta = {"sentences": 300, "subset": "test", "batch_size": 1, "hardware": "cpu", "date": "2026-11-22"}
+        (folder / "bench_b1.json").write_text(json.dumps({"meta": meta, "results": results}))
+
+    bench(tmp_path / "distilled_frozen_k4", 20.0, {"bpd": (20.0, 2.5, 1.8),
+                                                   "bpd:acceptance=top-k,acceptance-top-k=2": (19.5, 3.1, 2.2)})
+    bench(tmp_path / "distilled_frozen_k10", 20.0, {"bpd": (20.0, 2.9, 1.9)})
+    (tmp_path / "notes").mkdir()  # not a model folder
+    table = subprocess.run([sys.executable, str(REPO / "scripts" / "blockwise_table.py"), str(tmp_path)],
+                           capture_output=True, text=True, check=True).stdout
+    rows = [line for line in table.splitlines() if line.startswith("| distilled")]
+    assert rows == ["| distilled | frozen | 4 | 20.00 | 20.00 | 2.50 | 1.80x | 19.50 | 3.10 | 2.20x | – | – | – |",
+                    "| distilled | frozen | 10 | 20.00 | 20.00 | 2.90 | 1.90x | – | – | – | – | – | – |"]
+    assert "300 sentences of `test`" in table
+    empty = subprocess.run([sys.executable, str(REPO / "scripts" / "blockwise_table.py"), str(tmp_path / "notes")],
+                           capture_output=True, text=True)
+    assert empty.returncode != 0 and "no <targets>_<mode>_k<k>/bench_b1.json" in empty.stderr
