@@ -221,6 +221,8 @@ def test_oracle_passes_follow_the_engine_walk():
 def test_bpd_refuses_models_without_heads():
     dictionary = make_dictionary(20)
     batch = make_batch(dictionary, [[4, 5]])
+    with pytest.raises(ValueError, match="not a blockwise_transformer"):
+        analyze_heads.analyze([build_transformer(dictionary)], dictionary, [batch], 0.0, 10, top_ks=[1])
     with pytest.raises(ValueError, match="blockwise_transformer"):
         plugin("bpd", [build_transformer(dictionary)], dictionary, batch)
     with pytest.raises(ValueError, match="--block-heads 2 or more"):

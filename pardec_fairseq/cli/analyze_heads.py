@@ -105,8 +105,10 @@ def analyze_batch(model, sample, outputs, max_len, stats: HeadStatistics):
     ids = sample["id"].tolist()
     for k in stats.top_ks:
         # drafted tokens kept at each position: consecutive heads 2.. whose top k holds the greedy token
-        kept = torch.stack(in_top[k][1:], -1).long().cumprod(-1).sum(-1) if heads > 1 else \
-            torch.zeros(rows, width, dtype=torch.long)
+        if heads > 1:
+            kept = torch.stack(in_top[k][1:], -1).long().cumprod(-1).sum(-1)
+        else:
+            kept = torch.zeros(rows, width, dtype=torch.long)
         for row, sentence in enumerate(ids):
             stats.passes[k][sentence] = oracle_passes(kept[row].tolist(), int(lengths[row]), max_len)
     for row, sentence in enumerate(ids):
@@ -117,8 +119,8 @@ def analyze(models, tgt_dict, batches, max_len_a, max_len_b, top_ks) -> HeadStat
     model = models[0]
     heads_module = getattr(model.decoder, "blockwise_heads", None)
     if heads_module is None:
-        raise SystemExit("error: the checkpoint is not a blockwise_transformer (no heads to analyse); train one "
-                         "with --arch blockwise_transformer --block-heads K")
+        raise ValueError("the checkpoint is not a blockwise_transformer (no heads to analyse); train one with "
+                         "--arch blockwise_transformer --block-heads K")
     greedy = SequenceGenerator(models, tgt_dict, beam_size=1, max_len_a=max_len_a, max_len_b=max_len_b)
     stats = HeadStatistics(heads=heads_module.heads, top_ks=sorted(set(top_ks)))
     max_positions = model.max_decoder_positions()
@@ -214,7 +216,10 @@ def main(argv=None):
     device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")
     task, models = load_task_and_models(args, device)
     batches = make_batches(task, models, args, device)
-    stats = analyze(models, task.target_dictionary, batches, args.max_len_a, args.max_len_b, args.top_k)
+    try:
+        stats = analyze(models, task.target_dictionary, batches, args.max_len_a, args.max_len_b, args.top_k)
+    except ValueError as error:
+        raise SystemExit(f"error: {error}")
     title = (f"Heads of `{args.path}` ({stats.heads} heads) on {len(stats.lengths)} sentences of "
              f"`{args.subset}`, against head 1's greedy output")
     out_dir = Path(args.out_dir)
