@@ -1,7 +1,9 @@
 """The plugin's algorithms, each a drafter registered under its ``--gen-algo`` name: greedy,
 input-guided aggressive decoding and the Jacobi family need no extra training; blockwise parallel
-decoding drafts with the heads of a ``blockwise_transformer``."""
+decoding drafts with the heads of a ``blockwise_transformer``, generalized aggressive decoding with
+a trained ``block_nat`` drafter."""
 from pardec_fairseq.decoding.drafters import NoDraft
+from pardec_fairseq.decoding.drafters.block_nat import NATBlockDrafter
 from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
 from pardec_fairseq.decoding.drafters.input_copy import InputCopyDrafter
 from pardec_fairseq.decoding.drafters.jacobi import JacobiDrafter
@@ -47,3 +49,8 @@ def hybrid_jacobi(cfg, src_dict, tgt_dict, models):
 @register_algorithm("bpd")
 def blockwise_parallel_decoding(cfg, src_dict, tgt_dict, models):
     return BlockwiseHeadsDrafter(models[0].decoder)
+
+
+@register_algorithm("gad")
+def generalized_aggressive_decoding(cfg, src_dict, tgt_dict, models):
+    return NATBlockDrafter.from_checkpoint(cfg.drafter_path, src_dict, tgt_dict, models[0])

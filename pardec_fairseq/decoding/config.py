@@ -52,6 +52,11 @@ class DecodingConfig(FairseqDataclass):
                   "tokens, and a batch's rows are as wide as its longest draft; on a GPU, where a pass "
                   "costs about the same at any width, 0 is faster"},
     )
+    drafter_path: Optional[str] = field(
+        default=None,
+        metadata={"help": "gad: checkpoint of the block_nat drafter, trained with --task translation_block_nat "
+                  "--arch block_nat on data binarized with the verifier's dictionaries"},
+    )
     jacobi_block_size: int = field(
         default=4, metadata={"help": "gs-jacobi, hybrid-jacobi: tokens decoded in parallel per block"})
     jacobi_parallel_length: Optional[int] = field(

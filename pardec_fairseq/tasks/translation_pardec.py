@@ -28,7 +28,8 @@ class TranslationPardecConfig(TranslationConfig, DecodingConfig):
             "sampling, ...); the others draft, verify and accept on the model: 'greedy' (one token per "
             "pass), 'iad' (input-guided aggressive decoding: drafts by copying the source), 'jacobi', "
             "'gs-jacobi', 'hybrid-jacobi' (Jacobi iteration, whole output or blocks), 'bpd' (blockwise "
-            "parallel decoding with the heads of a blockwise_transformer); with the default "
+            "parallel decoding with the heads of a blockwise_transformer), 'gad' (generalized aggressive "
+            "decoding: drafts with the block_nat model of --drafter-path); with the default "
             "--acceptance exact all of them output exactly what --beam 1 outputs"
         },
     )

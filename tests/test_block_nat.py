@@ -1,0 +1,200 @@
+"""GAD's block drafter: the blocks it trains on, glancing, its bidirectional decoder, its loss,
+training it through fairseq-train (distributed included), and --gen-algo gad, which must output
+exactly fairseq's greedy output of the verifier whatever the drafter proposes."""
+import argparse
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+from fairseq import checkpoint_utils
+from fairseq.data import Dictionary
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
+from pardec_fairseq.decoding.drafters.block_nat import NATBlockDrafter
+from pardec_fairseq.criterions.glat_block_loss import GlatBlockLossCriterion, glancing_ratio, reveal, smoothed_nll
+from pardec_fairseq.models.block_nat import BlockNATModel, block_nat_architecture
+from pardec_fairseq.tasks.translation_block_nat import draw_prefix_lengths, make_blocks
+from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin, sentences
+from test_scripts import free_port, run_script
+from tiny import build_transformer, make_batch, make_dictionary
+
+PAD, EOS, MASK = 1, 2, 3
+BLOCK_NAT = ["--task", "translation_block_nat", "--arch", "block_nat", *TINY_TRANSFORMER[2:],
+             "--criterion", "glat_block_loss", "--glat-anneal-updates", 4, "--block-size", 3]
+
+
+def test_blocks_hold_the_prefix_then_mask_slots_with_pad_targets_past_the_end():
+    target = torch.tensor([[10, 11, 12, EOS], [13, EOS, PAD, PAD]])
+    block_input, block_target, slots = make_blocks(target, torch.tensor([2, 0]), PAD, EOS, MASK, block_size=3)
+    assert block_input.tolist() == [[EOS, 10, 11, MASK, MASK, MASK],
+                                    [EOS, MASK, MASK, MASK, PAD, PAD]]
+    # each slot's target is the target token at its position; past EOS, padding
+    assert block_target.tolist() == [[PAD, PAD, PAD, 12, EOS, PAD],
+                                     [PAD, 13, EOS, PAD, PAD, PAD]]
+    assert slots.tolist() == [[False, False, False, True, True, True],
+                              [False, True, True, True, False, False]]
+
+
+def test_prefix_lengths_are_uniform_over_the_sentence_and_leave_the_eos_to_predict():
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.full((4000,), 5)
+    drawn = draw_prefix_lengths(lengths, generator)
+    counts = torch.bincount(drawn, minlength=6).tolist()
+    assert counts[5] == 0 and all(700 < c < 900 for c in counts[:5])
+    assert draw_prefix_lengths(torch.tensor([1, 1]), generator).tolist() == [0, 0]
+
+
+def test_glancing_reveals_ratio_times_the_wrong_slots_among_real_tokens():
+    slots = torch.tensor([[False, True, True, True, True, True, True]] * 2)
+    wrong = torch.tensor([[False, True, True, True, True, False, False],
+                          [False, True, False, False, False, False, False]])
+    candidates = slots & torch.tensor([[True] * 6 + [False]] * 2)  # the last slot is past EOS
+    for seed in range(20):
+        revealed = reveal(slots, wrong, candidates, ratio=0.5, generator=torch.Generator().manual_seed(seed))
+        assert revealed.sum(1).tolist() == [2, 0]  # round(0.5 * 4), round(0.5 * 1) (to even)
+        assert not (revealed & ~candidates).any()
+    assert glancing_ratio(0.5, 0.3, 1000, 0) == 0.5
+    assert glancing_ratio(0.5, 0.3, 1000, 500) == pytest.approx(0.4)
+    assert glancing_ratio(0.5, 0.3, 1000, 5000) == pytest.approx(0.3)
+    assert glancing_ratio(0.5, 0.3, 0, 5000) == 0.5  # no annealing
+
+
+def build_block_nat(dictionary, seed=0, dropout=0.0):
+    args = argparse.Namespace(encoder_layers=1, decoder_layers=1, encoder_embed_dim=16, decoder_embed_dim=16,
+                              encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_embed_dim=32,
+                              decoder_ffn_embed_dim=32, dropout=dropout, share_all_embeddings=True,
+                              max_source_positions=64, max_target_positions=64)
+    block_nat_architecture(args)
+    torch.manual_seed(seed)
+    return BlockNATModel.build_model(args, SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary))
+
+
+def test_the_decoder_attends_in_both_directions():
+    dictionary = make_dictionary(20)
+    model = build_block_nat(dictionary).eval()
+    source = torch.tensor([[5, 6, 7, dictionary.eos()]])
+    block = torch.tensor([[dictionary.eos(), 8, dictionary.unk(), dictionary.unk()]])
+    later_changed = block.clone()
+    later_changed[0, 3] = 9
+    with torch.no_grad():
+        logits, _ = model(source, torch.tensor([4]), block)
+        changed, _ = model(source, torch.tensor([4]), later_changed)
+    assert not torch.allclose(logits[0, 2], changed[0, 2])  # slot 2 sees position 3
+
+
+def criterion_for(dictionary, **options):
+    task = SimpleNamespace(target_dictionary=dictionary, add_blocks=None)
+    config = dict(label_smoothing=0.1, glat_ratio_start=0.5, glat_ratio_end=0.3, glat_anneal_updates=100)
+    return GlatBlockLossCriterion(task, **{**config, **options})
+
+
+def block_sample(dictionary, prefix):
+    target = torch.tensor([[7, 8, 9, 10, dictionary.eos()], [11, dictionary.eos()] + [dictionary.pad()] * 3])
+    block_input, block_target, slots = make_blocks(target, torch.tensor(prefix), dictionary.pad(), dictionary.eos(),
+                                                   dictionary.unk(), block_size=3)
+    source = torch.tensor([[5, 6, dictionary.eos()], [dictionary.pad(), 5, dictionary.eos()]])
+    return {"net_input": {"src_tokens": source, "src_lengths": torch.tensor([3, 2])}, "target": target,
+            "block_input": block_input, "block_target": block_target, "slots": slots, "update_num": 0}
+
+
+def test_validation_loss_scores_the_slots_alone():
+    dictionary = make_dictionary(20)
+    model = build_block_nat(dictionary).eval()
+    sample = block_sample(dictionary, prefix=[1, 0])
+    loss, sample_size, log = criterion_for(dictionary)(model, sample)
+    logits, _ = model(sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"], sample["block_input"])
+    lprobs = torch.log_softmax(logits, -1)
+    slots = sample["slots"]
+    expected, _ = smoothed_nll(lprobs[slots], sample["block_target"][slots], 0.1)
+    assert sample_size == 6 == log["slots"] and log["revealed"] == 0  # 3 slots per row, padding targets included
+    assert loss.item() == pytest.approx(expected.sum().item(), rel=1e-5)
+    assert log["slots_correct"] == int(logits.argmax(-1).eq(sample["block_target"])[slots].sum())
+
+
+def test_training_reveals_glanced_slots_and_replays_the_dropout_masks():
+    dictionary = make_dictionary(20)
+    model = build_block_nat(dictionary, dropout=0.3).train()
+    sample = block_sample(dictionary, prefix=[1, 0])
+    criterion = criterion_for(dictionary, glat_ratio_start=1.0, glat_ratio_end=1.0)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        first, _ = model(sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"], sample["block_input"])
+    torch.manual_seed(3)
+    loss, sample_size, log = criterion(model, sample)
+    real = sample["slots"] & sample["block_target"].ne(dictionary.pad())
+    wrong = (first.argmax(-1).ne(sample["block_target"]) & sample["slots"]).sum(1)
+    # ratio 1: as many slots revealed as were wrong, capped by the slots of real tokens
+    assert log["revealed"] == int(torch.minimum(wrong, real.sum(1)).sum())
+    assert sample_size == 6 - log["revealed"] and loss.requires_grad
+    loss.backward()
+    assert model.decoder.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
+
+
+def test_the_criterion_needs_the_block_task():
+    with pytest.raises(ValueError, match="--task translation_block_nat"):
+        GlatBlockLossCriterion(SimpleNamespace(target_dictionary=make_dictionary(5)), 0.1, 0.5, 0.3, 10)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), block_size=st.integers(1, 6), eos_bias=st.floats(-2.0, 3.0), batch=sentences,
+       max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6))
+def test_gad_equals_fairseq_greedy_of_the_verifier_with_an_untrained_drafter(seed, block_size, eos_bias, batch,
+                                                                            max_len_b, batch_of):
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias)
+    collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
+    expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
+    drafter = NATBlockDrafter(build_block_nat(dictionary, seed=seed + 1).eval(), block_size, dictionary)
+    actual, stats = plugin("greedy", [verifier], dictionary, collated, max_len_b=max_len_b, drafter=drafter)
+    assert_same_hypotheses(expected, actual)
+    assert stats.iterations <= stats.tokens
+
+
+def hypotheses(fairseq_generate_output):
+    return sorted(re.findall(r"^H-(\d+)\t\S+\t(.*)$", fairseq_generate_output, flags=re.M))
+
+
+def test_fairseq_train_trains_the_drafter_and_gad_decodes_with_it(toy_experiment, tmp_path):
+    output = run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, *BLOCK_NAT, "--max-update", 4,
+                         "--save-dir", tmp_path / "checkpoints", "--log-interval", 1, "--log-format", "simple")
+    assert "block_acc" in output and "revealed" in output and "done training" in output
+    assert "| valid on 'valid' subset | loss" in output
+    drafter = tmp_path / "checkpoints" / "checkpoint_last.pt"
+    generate = ["generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
+                "--path", toy_experiment["checkpoint"]]
+    greedy = hypotheses(run_fairseq(*generate, "--beam", 1, "--batch-size", 8))
+    assert len(greedy) == 100
+    for batch_size in (1, 16):
+        gad = run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", drafter, "--batch-size", batch_size)
+        assert hypotheses(gad) == greedy
+    with pytest.raises(AssertionError, match="is a transformer checkpoint, not a block drafter"):
+        run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", toy_experiment["checkpoint"])
+    with pytest.raises(AssertionError, match="--gen-algo gad drafts with a block_nat model: pass its checkpoint"):
+        run_fairseq(*generate, "--gen-algo", "gad")
+    with pytest.raises(AssertionError, match="--drafter-path nowhere.pt: no such checkpoint file"):
+        run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", "nowhere.pt")
+    # a drafter trained on other dictionaries is refused before decoding
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(drafter))
+    state["task_state"]["target_symbols"][7] = "another-word"
+    state["cfg"] = OmegaConf.to_container(state["cfg"])  # as fairseq saves it
+    torch.save(state, tmp_path / "other_dictionary.pt")
+    dictionary = Dictionary.load(str(toy_experiment["data"] / "dict.tgt.txt"))
+    verifier = checkpoint_utils.load_model_ensemble([str(toy_experiment["checkpoint"])])[0][0]
+    with pytest.raises(ValueError, match="another target dictionary than the verifier's .*first difference at index 7"):
+        NATBlockDrafter.from_checkpoint(str(tmp_path / "other_dictionary.pt"), dictionary, dictionary, verifier)
+    with pytest.raises(AssertionError, match="--block-size 5000 must be at least 1 and below the model's"):
+        run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, *BLOCK_NAT[:-1], 5000,
+                    "--max-update", 1, "--save-dir", tmp_path / "unused")
+
+
+def test_drafter_training_with_two_local_processes(toy_experiment, tmp_path):
+    output = run_script("train_distributed.sh", "--nproc", 2, "--backend", "gloo",
+                        "--master", f"127.0.0.1:{free_port()}", "--log-dir", tmp_path / "logs", "--",
+                        toy_experiment["data"], "--user-dir", USER_DIR, *BLOCK_NAT, "--max-update", 3,
+                        "--save-dir", tmp_path / "checkpoints")
+    assert "distributed init (rank 1)" in (tmp_path / "logs" / "rank1.log").read_text()
+    assert "done training" in output and (tmp_path / "checkpoints" / "checkpoint_last.pt").exists()
