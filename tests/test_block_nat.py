@@ -154,6 +154,14 @@ def test_gad_equals_fairseq_greedy_of_the_verifier_with_an_untrained_drafter(see
     assert stats.iterations <= stats.tokens
 
 
+def test_gad_refuses_outputs_longer_than_the_drafter_positions():
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, max_positions=64)
+    drafter = NATBlockDrafter(build_block_nat(dictionary).eval(), 8, dictionary)  # 64 positions
+    with pytest.raises(ValueError, match="drafter's 64 target positions cannot hold an output of up to 60 tokens"):
+        plugin("greedy", [verifier], dictionary, make_batch(dictionary, [[4, 5]]), max_len_b=60, drafter=drafter)
+
+
 def hypotheses(fairseq_generate_output):
     return sorted(re.findall(r"^H-(\d+)\t\S+\t(.*)$", fairseq_generate_output, flags=re.M))
 
@@ -186,6 +194,9 @@ def test_fairseq_train_trains_the_drafter_and_gad_decodes_with_it(toy_experiment
     verifier = checkpoint_utils.load_model_ensemble([str(toy_experiment["checkpoint"])])[0][0]
     with pytest.raises(ValueError, match="another target dictionary than the verifier's .*first difference at index 7"):
         NATBlockDrafter.from_checkpoint(str(tmp_path / "other_dictionary.pt"), dictionary, dictionary, verifier)
+    with pytest.raises(AssertionError, match="use --arch block_nat"):
+        run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, *BLOCK_NAT, "--arch", "transformer",
+                    "--max-update", 1, "--save-dir", tmp_path / "unused")
     with pytest.raises(AssertionError, match="--block-size 5000 must be at least 1 and below the model's"):
         run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, *BLOCK_NAT[:-1], 5000,
                     "--max-update", 1, "--save-dir", tmp_path / "unused")

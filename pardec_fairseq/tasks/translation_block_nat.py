@@ -12,6 +12,7 @@ from typing import Optional
 import torch
 from fairseq.tasks import register_task
 
+from pardec_fairseq.models.block_nat import BlockNATModel
 from pardec_fairseq.tasks.translation_pardec import TranslationPardecConfig, TranslationPardecTask
 
 
@@ -55,6 +56,9 @@ class TranslationBlockNATTask(TranslationPardecTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
+        if not isinstance(model, BlockNATModel):
+            raise ValueError(f"--task translation_block_nat trains the block drafter: use --arch block_nat "
+                             f"(got a {type(model).__name__})")
         if not 1 <= self.cfg.block_size < model.decoder.max_positions():
             raise ValueError(f"--block-size {self.cfg.block_size} must be at least 1 and below the model's "
                              f"{model.decoder.max_positions()} target positions")

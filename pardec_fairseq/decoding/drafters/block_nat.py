@@ -54,6 +54,11 @@ class NATBlockDrafter(Drafter):
         return cls(model, state["cfg"].task.block_size, tgt_dict)
 
     def begin(self, net_input, max_len):
+        positions = self.model.max_decoder_positions()
+        if max_len + 1 + self.block_size > positions:
+            raise ValueError(f"the drafter's {positions} target positions cannot hold an output of up to {max_len} "
+                             f"tokens after BOS plus its block of {self.block_size}: lower --max-len-a/--max-len-b "
+                             "or train the drafter with more --max-target-positions")
         self.encoder_out = self.model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"])
 
     def propose(self, state) -> Proposal:
