@@ -8,14 +8,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 from fairseq import checkpoint_utils
+from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq.data import Dictionary
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
+from pardec_fairseq.criterions.glat_block_loss import GlatBlockLossCriterion, glancing_ratio, reveal
 from pardec_fairseq.decoding.drafters.block_nat import NATBlockDrafter
-from pardec_fairseq.criterions.glat_block_loss import GlatBlockLossCriterion, glancing_ratio, reveal, smoothed_nll
 from pardec_fairseq.models.block_nat import BlockNATModel, block_nat_architecture
 from pardec_fairseq.tasks.translation_block_nat import draw_prefix_lengths, make_blocks
 from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin, sentences
@@ -109,7 +110,7 @@ def test_validation_loss_scores_the_slots_alone():
     logits, _ = model(sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"], sample["block_input"])
     lprobs = torch.log_softmax(logits, -1)
     slots = sample["slots"]
-    expected, _ = smoothed_nll(lprobs[slots], sample["block_target"][slots], 0.1)
+    expected, _ = label_smoothed_nll_loss(lprobs[slots], sample["block_target"][slots], 0.1, reduce=False)
     assert sample_size == 6 == log["slots"] and log["revealed"] == 0  # 3 slots per row, padding targets included
     assert loss.item() == pytest.approx(expected.sum().item(), rel=1e-5)
     assert log["slots_correct"] == int(logits.argmax(-1).eq(sample["block_target"])[slots].sum())

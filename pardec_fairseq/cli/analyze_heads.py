@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from fairseq.sequence_generator import SequenceGenerator
 
 from pardec_fairseq.cli.bench import load_task_and_models, make_batches, model_and_data_parser
+from pardec_fairseq.decoding.options import DecodingOptions
 
 
 @dataclass
@@ -123,12 +124,12 @@ def analyze(models, tgt_dict, batches, max_len_a, max_len_b, top_ks) -> HeadStat
                          "--arch blockwise_transformer --block-heads K")
     greedy = SequenceGenerator(models, tgt_dict, beam_size=1, max_len_a=max_len_a, max_len_b=max_len_b)
     stats = HeadStatistics(heads=heads_module.heads, top_ks=sorted(set(top_ks)))
-    max_positions = model.max_decoder_positions()
+    length_limit = DecodingOptions(max_len_a=max_len_a, max_len_b=max_len_b)
     with torch.no_grad():
         for sample in batches:
             hypotheses = greedy.generate(models, sample)
             outputs = [h[0]["tokens"] for h in hypotheses]
-            max_len = min(int(max_len_a * sample["net_input"]["src_tokens"].size(1) + max_len_b), max_positions - 1)
+            max_len = length_limit.max_len(sample["net_input"]["src_tokens"].size(1), model.max_decoder_positions())
             analyze_batch(model, sample, outputs, max_len, stats)
     return stats
 

@@ -3,9 +3,12 @@
 In training, a first pass without gradient predicts every slot; in each sentence, as many slots
 as ``ratio`` times the number it got wrong are then revealed (their ground truth replaces the mask,
 drawn at random among the slots of real tokens), and a second pass, with the same dropout masks, is
-trained on the slots still masked; ``block_acc`` is the share of those it predicts right. The ratio falls linearly from ``--glat-ratio-start`` to
-``--glat-ratio-end`` over ``--glat-anneal-updates`` (0: it stays at the start ratio). Validation reveals nothing and reports the
-same loss and the block accuracy, on the slots alone: the copied prefix is never scored.
+trained on the slots still masked; ``block_acc`` is the share of those it predicts right. The
+ratio falls linearly from ``--glat-ratio-start`` to ``--glat-ratio-end`` over
+``--glat-anneal-updates`` (0: it stays at the start ratio). Validation reveals nothing and reports
+the same loss and the block accuracy, on the slots alone: the copied prefix is never scored.
+Padding targets (slots past the end) count in the loss, so fairseq's smoothed loss runs without
+an ignore index.
 """
 import math
 from dataclasses import dataclass, field
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq.dataclass import FairseqDataclass
 
 
@@ -57,14 +61,6 @@ def reveal(slots, wrong, candidates, ratio, generator=None):
     return (rank < count.unsqueeze(1)) & candidates
 
 
-def smoothed_nll(lprobs, target, epsilon):
-    """Label-smoothed negative log-likelihood per position (fairseq's label_smoothed_nll_loss, unreduced)."""
-    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    smooth = -lprobs.sum(-1)
-    eps_i = epsilon / (lprobs.size(-1) - 1)
-    return (1.0 - epsilon - eps_i) * nll + eps_i * smooth, nll
-
-
 @register_criterion("glat_block_loss", dataclass=GlatBlockLossConfig)
 class GlatBlockLossCriterion(FairseqCriterion):
     def __init__(self, task, label_smoothing, glat_ratio_start, glat_ratio_end, glat_anneal_updates):
@@ -94,16 +90,16 @@ class GlatBlockLossCriterion(FairseqCriterion):
         if continue_from is not None:  # and later draws do not repeat the glancing draws
             set_rng_state(continue_from)
         lprobs = model.get_normalized_probs((logits, None), log_probs=True)
-        loss, nll = smoothed_nll(lprobs[scored], block_target[scored], self.epsilon)
+        loss, nll = label_smoothed_nll_loss(lprobs[scored], block_target[scored], self.epsilon)
         correct = logits.argmax(-1).eq(block_target) & scored
         sample_size = int(scored.sum())
         logging_output = {
-            "loss": loss.sum().data, "nll_loss": nll.sum().data, "ntokens": sample_size,
+            "loss": loss.data, "nll_loss": nll.data, "ntokens": sample_size,
             "nsentences": slots.size(0), "sample_size": sample_size,
             "slots": int(slots.sum()), "slots_correct": int(correct.sum()),
             "revealed": int((slots & ~scored).sum()),
         }
-        return loss.sum(), sample_size, logging_output
+        return loss, sample_size, logging_output
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:

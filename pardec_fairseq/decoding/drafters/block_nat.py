@@ -9,6 +9,7 @@ import os
 from types import SimpleNamespace
 
 import torch
+import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from fairseq import models as fairseq_models
 
@@ -65,9 +66,7 @@ class NATBlockDrafter(Drafter):
         lengths, k = state.lengths, self.block_size
         width = int(lengths.max()) + 1 + k
         positions = torch.arange(width, device=lengths.device).unsqueeze(0)
-        accepted = state.tokens[:, :width]
-        if accepted.size(1) < width:
-            accepted = torch.cat([accepted, accepted.new_full((accepted.size(0), width - accepted.size(1)), self.pad)], 1)
+        accepted = F.pad(state.tokens[:, :width], (0, width - min(width, state.tokens.size(1))), value=self.pad)
         slots = (positions > lengths.unsqueeze(1)) & (positions <= (lengths + k).unsqueeze(1))
         block_input = torch.where(positions <= lengths.unsqueeze(1), accepted, torch.full_like(accepted, self.pad))
         block_input = torch.where(slots, torch.full_like(accepted, self.mask), block_input)
