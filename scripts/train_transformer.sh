@@ -9,11 +9,14 @@
 # --minutes M    stop after M minutes of wall clock (default: at most 100 epochs)
 # --max-tokens N target-side batch size in tokens (default 4096; smaller gives more updates per minute)
 # --nproc N      N training processes through scripts/train_distributed.sh
+# --init-from C  start from the weights of checkpoint C (fairseq's --finetune-from-model: fresh
+#                optimizer, schedule and meters); --minutes then counts this run only, where
+#                fairseq's --stop-time-hours would count C's training time too
 # A finished training in SAVE_DIR (marked by SAVE_DIR/.trained) is reused; the log is SAVE_DIR/train.log.
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n 2,12p "$0" >&2; exit 2; }
 data=$1 save=$2; shift 2
-src="" tgt="" preset=cpu minutes="" max_tokens=4096 nproc=1 extra=()
+src="" tgt="" preset=cpu minutes="" max_tokens=4096 nproc=1 init_from="" extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -s) src=$2; shift 2 ;;
@@ -22,6 +25,7 @@ while [ $# -gt 0 ]; do
     --minutes) minutes=$2; shift 2 ;;
     --max-tokens) max_tokens=$2; shift 2 ;;
     --nproc) nproc=$2; shift 2 ;;
+    --init-from) init_from=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "train_transformer.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -48,7 +52,19 @@ args=("$data" --user-dir "$root/pardec_fairseq" --task translation_pardec -s "$s
   --optimizer adam --adam-betas "(0.9,0.98)" --lr-scheduler inverse_sqrt --max-tokens "$max_tokens"
   --max-epoch 100 --save-dir "$save" --no-epoch-checkpoints
   --log-format simple --log-interval 50 --num-workers 0 --seed 1 "${extra[@]}")
-[ -z "$minutes" ] || args+=(--stop-time-hours "$(python3 -c "print($minutes / 60)")")
+previous_seconds=0
+if [ -n "$init_from" ]; then
+  [ -f "$init_from" ] || { echo "train_transformer.sh: --init-from $init_from: no such checkpoint" >&2; exit 2; }
+  args+=(--finetune-from-model "$init_from")
+  # fairseq carries the checkpoint's training time into the new run's clock
+  previous_seconds=$("$root/.venv/bin/python" -c "
+import sys, torch
+from pardec_fairseq.checkpoint_safety import allow_fairseq_checkpoints
+allow_fairseq_checkpoints()
+state = torch.load(sys.argv[1], map_location='cpu', weights_only=True)
+print(state.get('extra_state', {}).get('previous_training_time', 0))" "$init_from")
+fi
+[ -z "$minutes" ] || args+=(--stop-time-hours "$(python3 -c "print($minutes / 60 + $previous_seconds / 3600)")")
 
 echo "train_transformer.sh: training the $preset Transformer${minutes:+ for $minutes minutes}; log: $save/train.log"
 if [ "$nproc" -gt 1 ]; then
