@@ -62,3 +62,19 @@ def toy_experiment(tmp_path_factory):
     run_fairseq("train", data_bin, "--task", "translation", *TINY_TRANSFORMER, "--max-update", 30,
                 "--save-dir", checkpoints)
     return {"root": root, "data": data_bin, "checkpoint": checkpoints / "checkpoint_last.pt"}
+
+
+BLOCK_NAT = ["--task", "translation_block_nat", "--arch", "block_nat", *TINY_TRANSFORMER[2:],
+             "--criterion", "glat_block_loss", "--glat-anneal-updates", 4, "--block-size", 3]
+
+
+@pytest.fixture(scope="session")
+def toy_drafter(toy_experiment, tmp_path_factory):
+    """GAD's block drafter for the toy data, trained a few updates with a context window of 2 tokens;
+    ``log`` is fairseq-train's output."""
+    checkpoints = tmp_path_factory.mktemp("toy_drafter")
+    log = run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, *BLOCK_NAT, "--max-update", 4,
+                      "--context-window", 2, "--save-dir", checkpoints, "--log-interval", 1,
+                      "--log-format", "simple")
+    return {"checkpoint": checkpoints / "checkpoint_last.pt", "log": log}
+

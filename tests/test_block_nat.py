@@ -14,18 +14,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
+from conftest import BLOCK_NAT, USER_DIR, run_fairseq
+from pardec_fairseq.decoding import DecodingConfig
+from pardec_fairseq.decoding.acceptance import build_gad_plus_plus_acceptance
+from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.criterions.glat_block_loss import GlatBlockLossCriterion, glancing_ratio, reveal
 from pardec_fairseq.decoding.drafters.block_nat import NATBlockDrafter
-from pardec_fairseq.models.block_nat import BlockNATModel, block_nat_architecture
-from pardec_fairseq.tasks.translation_block_nat import draw_prefix_lengths, make_blocks
+from pardec_fairseq.models.block_nat import BlockNATModel, block_nat_architecture, make_blocks
+from pardec_fairseq.tasks.translation_block_nat import draw_prefix_lengths
 from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin, sentences
 from test_scripts import free_port, run_script
 from tiny import build_transformer, make_batch, make_dictionary
 
 PAD, EOS, MASK = 1, 2, 3
-BLOCK_NAT = ["--task", "translation_block_nat", "--arch", "block_nat", *TINY_TRANSFORMER[2:],
-             "--criterion", "glat_block_loss", "--glat-anneal-updates", 4, "--block-size", 3]
 
 
 def test_blocks_hold_the_prefix_then_mask_slots_with_pad_targets_past_the_end():
@@ -38,6 +39,19 @@ def test_blocks_hold_the_prefix_then_mask_slots_with_pad_targets_past_the_end():
                                      [PAD, 13, EOS, PAD, PAD, PAD]]
     assert slots.tolist() == [[False, False, False, True, True, True],
                               [False, True, True, True, False, False]]
+
+
+def test_a_context_window_shows_the_latest_prefix_tokens_at_the_first_positions():
+    target = torch.tensor([[10, 11, 12, 13, EOS], [14, EOS, PAD, PAD, PAD]])
+    block_input, block_target, slots = make_blocks(target, torch.tensor([3, 1]), PAD, EOS, MASK, block_size=2,
+                                                   window=2)
+    assert block_input.tolist() == [[EOS, 11, 12, MASK, MASK], [EOS, 14, MASK, MASK, PAD]]
+    assert block_target.tolist() == [[PAD, PAD, PAD, 13, EOS], [PAD, PAD, EOS, PAD, PAD]]
+    assert slots.tolist() == [[False, False, False, True, True], [False, False, True, True, False]]
+    # a window as long as the prefixes shows them whole
+    unbounded = make_blocks(target, torch.tensor([3, 1]), PAD, EOS, MASK, block_size=2)
+    for bounded, whole in zip(make_blocks(target, torch.tensor([3, 1]), PAD, EOS, MASK, 2, window=3), unbounded):
+        assert bounded.tolist() == whole.tolist()
 
 
 def test_prefix_lengths_are_uniform_over_the_sentence_and_leave_the_eos_to_predict():
@@ -141,18 +155,42 @@ def test_the_criterion_needs_the_block_task():
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), block_size=st.integers(1, 6), eos_bias=st.floats(-2.0, 3.0), batch=sentences,
-       max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6))
-def test_gad_equals_fairseq_greedy_of_the_verifier_with_an_untrained_drafter(seed, block_size, eos_bias, batch,
-                                                                            max_len_b, batch_of):
+@given(seed=st.integers(0, 10_000), block_size=st.integers(1, 6), window=st.integers(0, 4),
+       eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
+       tau=st.floats(0.0, 5.0))
+def test_gad_and_gad_plus_plus_with_beta_one_equal_fairseq_greedy_of_the_verifier_with_an_untrained_drafter(
+        seed, block_size, window, eos_bias, batch, max_len_b, batch_of, tau):
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias)
     collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
     expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
-    drafter = NATBlockDrafter(build_block_nat(dictionary, seed=seed + 1).eval(), block_size, dictionary)
+    drafter = NATBlockDrafter(build_block_nat(dictionary, seed=seed + 1).eval(), block_size, dictionary, window)
     actual, stats = plugin("greedy", [verifier], dictionary, collated, max_len_b=max_len_b, drafter=drafter)
     assert_same_hypotheses(expected, actual)
     assert stats.iterations <= stats.tokens
+    # GAD++ keeps only the verifier's top-1 when beta is 1, whatever tau
+    beta_one = build_gad_plus_plus_acceptance(DecodingConfig(gad_top_beta=1, gad_tau=tau))
+    actual, _ = plugin("greedy", [verifier], dictionary, collated, max_len_b=max_len_b, drafter=drafter,
+                       acceptance=beta_one)
+    assert_same_hypotheses(expected, actual)
+
+
+def test_gad_plus_plus_takes_its_rule_from_its_own_flags():
+    with pytest.raises(ValueError, match="set --gad-top-beta and --gad-tau instead of --acceptance"):
+        build_gad_plus_plus_acceptance(DecodingConfig(acceptance="top-k"))
+    with pytest.raises(ValueError, match="--gad-top-beta must be at least 1 and --gad-tau at least 0"):
+        build_gad_plus_plus_acceptance(DecodingConfig(gad_top_beta=0))
+    draft = Proposal(tokens=torch.tensor([[5, 6]]), lengths=torch.tensor([2]))
+    # position 0: token 5 is second, 0.5 below the top; position 1: token 6 is third, 2.0 below
+    lprobs = torch.full((1, 3, 8), -20.0)
+    lprobs[0, 0, [4, 5]] = torch.tensor([-1.0, -1.5])
+    lprobs[0, 1, [7, 4, 6]] = torch.tensor([-1.0, -2.0, -3.0])
+    lprobs[0, 2, 4] = -1.0
+    scores = SimpleNamespace(all=lambda: lprobs)
+    accepted = [build_gad_plus_plus_acceptance(DecodingConfig(gad_top_beta=beta, gad_tau=tau))
+                .accept(draft, scores, torch.zeros(1)).accepted.item()
+                for beta, tau in ((3, 1.0), (3, 3.0), (2, 3.0), (1, 3.0))]
+    assert accepted == [1, 2, 1, 0]
 
 
 def test_gad_refuses_outputs_longer_than_the_drafter_positions():
@@ -167,12 +205,11 @@ def hypotheses(fairseq_generate_output):
     return sorted(re.findall(r"^H-(\d+)\t\S+\t(.*)$", fairseq_generate_output, flags=re.M))
 
 
-def test_fairseq_train_trains_the_drafter_and_gad_decodes_with_it(toy_experiment, tmp_path):
-    output = run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, *BLOCK_NAT, "--max-update", 4,
-                         "--save-dir", tmp_path / "checkpoints", "--log-interval", 1, "--log-format", "simple")
+def test_fairseq_train_trains_the_drafter_and_gad_decodes_with_it(toy_experiment, toy_drafter, tmp_path):
+    output = toy_drafter["log"]
     assert "block_acc" in output and "revealed" in output and "done training" in output
     assert "| valid on 'valid' subset | loss" in output
-    drafter = tmp_path / "checkpoints" / "checkpoint_last.pt"
+    drafter = toy_drafter["checkpoint"]
     generate = ["generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
                 "--path", toy_experiment["checkpoint"]]
     greedy = hypotheses(run_fairseq(*generate, "--beam", 1, "--batch-size", 8))
@@ -180,9 +217,15 @@ def test_fairseq_train_trains_the_drafter_and_gad_decodes_with_it(toy_experiment
     for batch_size in (1, 16):
         gad = run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", drafter, "--batch-size", batch_size)
         assert hypotheses(gad) == greedy
+    beta_one = run_fairseq(*generate, "--gen-algo", "gad++", "--drafter-path", drafter, "--gad-top-beta", 1,
+                           "--gad-tau", 3.0, "--batch-size", 16)
+    assert hypotheses(beta_one) == greedy
+    near_misses = run_fairseq(*generate, "--gen-algo", "gad++", "--drafter-path", drafter, "--gad-top-beta", 5,
+                              "--gad-tau", 3.0, "--batch-size", 16)
+    assert len(hypotheses(near_misses)) == 100
     with pytest.raises(AssertionError, match="is a transformer checkpoint, not a block drafter"):
         run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", toy_experiment["checkpoint"])
-    with pytest.raises(AssertionError, match="--gen-algo gad drafts with a block_nat model: pass its checkpoint"):
+    with pytest.raises(AssertionError, match=r"--gen-algo gad and gad\+\+ draft with a block_nat model: pass its"):
         run_fairseq(*generate, "--gen-algo", "gad")
     with pytest.raises(AssertionError, match="--drafter-path nowhere.pt: no such checkpoint file"):
         run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", "nowhere.pt")
@@ -193,6 +236,7 @@ def test_fairseq_train_trains_the_drafter_and_gad_decodes_with_it(toy_experiment
     torch.save(state, tmp_path / "other_dictionary.pt")
     dictionary = Dictionary.load(str(toy_experiment["data"] / "dict.tgt.txt"))
     verifier = checkpoint_utils.load_model_ensemble([str(toy_experiment["checkpoint"])])[0][0]
+    assert NATBlockDrafter.from_checkpoint(str(drafter), dictionary, dictionary, verifier).context_window == 2
     with pytest.raises(ValueError, match="another target dictionary than the verifier's .*first difference at index 7"):
         NATBlockDrafter.from_checkpoint(str(tmp_path / "other_dictionary.pt"), dictionary, dictionary, verifier)
     with pytest.raises(AssertionError, match="use --arch block_nat"):

@@ -37,12 +37,15 @@ def fairseq_beam_one(models, dictionary, batch, **generation):
     ).generate(models, batch)
 
 
-def plugin(algorithm, models, dictionary, batch, decoding=None, drafter=None, **generation):
-    """Decode with a plugin algorithm; ``drafter`` replaces its drafter (one built in the test)."""
+def plugin(algorithm, models, dictionary, batch, decoding=None, drafter=None, acceptance=None, **generation):
+    """Decode with a plugin algorithm; ``drafter`` and ``acceptance`` replace its own (ones built in
+    the test)."""
     generator = build_generator(algorithm, models, dictionary,
                                 argparse.Namespace(**dict(GENERATION_DEFAULTS, **generation)), decoding)
     if drafter is not None:
         generator.decoder.drafter = drafter
+    if acceptance is not None:
+        generator.decoder.acceptance = acceptance
     return generator.generate(models, batch), generator.stats
 
 

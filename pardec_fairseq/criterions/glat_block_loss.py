@@ -1,12 +1,14 @@
 """``glat_block_loss``: the block drafter's loss with glancing (Qian et al. 2021, as GAD trains it).
 
-In training, a first pass without gradient predicts every slot; in each sentence, as many slots
+In training (the encoder runs once), a first decoder pass without gradient predicts every slot; in
+each sentence, as many slots
 as ``ratio`` times the number it got wrong are then revealed (their ground truth replaces the mask,
-drawn at random among the slots of real tokens), and a second pass, with the same dropout masks, is
-trained on the slots still masked; ``block_acc`` is the share of those it predicts right. The
+drawn at random among the slots of real tokens), and a second decoder pass, with the same dropout
+masks, is trained on the slots still masked; ``block_acc`` is the share of those it predicts right. The
 ratio falls linearly from ``--glat-ratio-start`` to ``--glat-ratio-end`` over
 ``--glat-anneal-updates`` (0: it stays at the start ratio). Validation reveals nothing and reports
-the same loss and the block accuracy, on the slots alone: the copied prefix is never scored.
+the same loss and the block accuracy, on the slots alone: the copied prefix is never scored (nor
+projected onto the vocabulary).
 Padding targets (slots past the end) count in the loss, so fairseq's smoothed loss runs without
 an ignore index.
 """
@@ -74,24 +76,26 @@ class GlatBlockLossCriterion(FairseqCriterion):
     def forward(self, model, sample, reduce=True):
         net_input, slots = sample["net_input"], sample["slots"]
         block_input, block_target = sample["block_input"], sample["block_target"]
+        encoder_out = model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"])
         scored, continue_from = slots, None
         if model.training:
             ratio = glancing_ratio(self.ratio_start, self.ratio_end, self.anneal_updates, sample.get("update_num", 0))
             dropout_state = rng_state(block_input.device)
             with torch.no_grad():
-                first, _ = model(net_input["src_tokens"], net_input["src_lengths"], block_input)
-            wrong = first.argmax(-1).ne(block_target) & slots
+                first, _ = model.decode(block_input, encoder_out, slots)
+            wrong = torch.zeros_like(slots)
+            wrong[slots] = first.argmax(-1).ne(block_target[slots])
             revealed = reveal(slots, wrong, slots & block_target.ne(self.padding_idx), ratio)
             block_input = torch.where(revealed, block_target, block_input)
             scored = slots & ~revealed
             continue_from = rng_state(block_input.device)
             set_rng_state(dropout_state)  # the second pass draws the first pass's dropout masks
-        logits, _ = model(net_input["src_tokens"], net_input["src_lengths"], block_input)
+        logits, _ = model.decode(block_input, encoder_out, scored)  # [scored slots, vocabulary]
         if continue_from is not None:  # and later draws do not repeat the glancing draws
             set_rng_state(continue_from)
         lprobs = model.get_normalized_probs((logits, None), log_probs=True)
-        loss, nll = label_smoothed_nll_loss(lprobs[scored], block_target[scored], self.epsilon)
-        correct = logits.argmax(-1).eq(block_target) & scored
+        loss, nll = label_smoothed_nll_loss(lprobs, block_target[scored], self.epsilon)
+        correct = logits.argmax(-1).eq(block_target[scored])
         sample_size = int(scored.sum())
         logging_output = {
             "loss": loss.data, "nll_loss": nll.data, "ntokens": sample_size,

@@ -120,11 +120,27 @@ class RelaxedAcceptance:
         return Verdict(accepted=accepted, tokens=tokens, cumulative=cumulative)
 
 
+def check_min_block_size(cfg):
+    if cfg.min_block_size < 1:
+        raise ValueError(f"--min-block-size must be at least 1 (got {cfg.min_block_size})")
+
+
+def build_gad_plus_plus_acceptance(cfg):
+    """GAD++'s own rule: top-beta within tau with ``--gad-top-beta`` and ``--gad-tau`` (Xia et al. 2022)."""
+    if getattr(cfg.acceptance, "value", cfg.acceptance) != "exact":
+        raise ValueError("--gen-algo gad++ accepts by its own rule: set --gad-top-beta and --gad-tau instead of "
+                         "--acceptance (or use --gen-algo gad with --acceptance)")
+    if cfg.gad_top_beta < 1 or cfg.gad_tau < 0:
+        raise ValueError(f"--gad-top-beta must be at least 1 and --gad-tau at least 0 "
+                         f"(got {cfg.gad_top_beta} and {cfg.gad_tau})")
+    check_min_block_size(cfg)
+    return RelaxedAcceptance(in_top_beta_within_tau(cfg.gad_top_beta, cfg.gad_tau), cfg.min_block_size)
+
+
 def build_acceptance(cfg):
     """The rule named by ``--acceptance`` with its parameters (see ``DecodingConfig``)."""
     rule = getattr(cfg.acceptance, "value", cfg.acceptance)
-    if cfg.min_block_size < 1:
-        raise ValueError(f"--min-block-size must be at least 1 (got {cfg.min_block_size})")
+    check_min_block_size(cfg)
     if rule in ("top-k", "top-beta") and cfg.acceptance_top_k < 1:
         raise ValueError(f"--acceptance-top-k must be at least 1 (got {cfg.acceptance_top_k})")
     if rule == "exact":

@@ -1,7 +1,8 @@
 """The plugin's algorithms, each a drafter registered under its ``--gen-algo`` name: greedy,
 input-guided aggressive decoding and the Jacobi family need no extra training; blockwise parallel
 decoding drafts with the heads of a ``blockwise_transformer``, generalized aggressive decoding with
-a trained ``block_nat`` drafter."""
+a trained ``block_nat`` drafter (GAD++: the same drafter, accepting by top-beta within tau)."""
+from pardec_fairseq.decoding.acceptance import build_gad_plus_plus_acceptance
 from pardec_fairseq.decoding.drafters import NoDraft
 from pardec_fairseq.decoding.drafters.block_nat import NATBlockDrafter
 from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
@@ -54,3 +55,6 @@ def blockwise_parallel_decoding(cfg, src_dict, tgt_dict, models):
 @register_algorithm("gad")
 def generalized_aggressive_decoding(cfg, src_dict, tgt_dict, models):
     return NATBlockDrafter.from_checkpoint(cfg.drafter_path, src_dict, tgt_dict, models[0])
+
+
+register_algorithm("gad++", acceptance=build_gad_plus_plus_acceptance)(generalized_aggressive_decoding)

@@ -54,9 +54,15 @@ class DecodingConfig(FairseqDataclass):
     )
     drafter_path: Optional[str] = field(
         default=None,
-        metadata={"help": "gad: checkpoint of the block_nat drafter, trained with --task translation_block_nat "
+        metadata={"help": "gad, gad++: checkpoint of the block_nat drafter, trained with --task translation_block_nat "
                   "--arch block_nat on data binarized with the verifier's dictionaries"},
     )
+    gad_top_beta: int = field(
+        default=3, metadata={"help": "gad++: accept a drafted token when it is among the verifier's top beta "
+                             "choices and within --gad-tau of the top-1 (Xia et al. 2022: beta 3, tau 1.0)"})
+    gad_tau: float = field(
+        default=1.0, metadata={"help": "gad++: largest gap between the log-probabilities of the verifier's "
+                               "top-1 and an accepted drafted token"})
     jacobi_block_size: int = field(
         default=4, metadata={"help": "gs-jacobi, hybrid-jacobi: tokens decoded in parallel per block"})
     jacobi_parallel_length: Optional[int] = field(

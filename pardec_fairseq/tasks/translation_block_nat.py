@@ -2,7 +2,7 @@
 
 Every training and validation sentence becomes one block: a prefix length ``p`` is drawn uniformly
 from ``0 .. len - 1`` (EOS counted in ``len``), the decoder reads BOS, the first ``p`` target tokens
-and ``--block-size`` mask slots, and each slot's target is the target token at its position, or
+(their last ``--context-window`` only, if set) and ``--block-size`` mask slots, and each slot's target is the target token at its position, or
 padding past the end of the sentence. Validation draws its prefixes from a generator seeded by the
 sentence ids, so every validation run scores the same blocks.
 """
@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 from fairseq.tasks import register_task
 
-from pardec_fairseq.models.block_nat import BlockNATModel
+from pardec_fairseq.models.block_nat import BlockNATModel, make_blocks
 from pardec_fairseq.tasks.translation_pardec import TranslationPardecConfig, TranslationPardecTask
 
 
@@ -20,34 +20,17 @@ from pardec_fairseq.tasks.translation_pardec import TranslationPardecConfig, Tra
 class TranslationBlockNATConfig(TranslationPardecConfig):
     block_size: int = field(
         default=25, metadata={"help": "mask slots the drafter fills per block (GAD's k; 25 for base models)"})
+    context_window: int = field(
+        default=0,
+        metadata={"help": "the drafter reads at most this many accepted tokens before its block, the latest "
+                  "(0: all of them); bounds what drafting costs on long outputs, and the drafter's target "
+                  "positions then need only hold window + block. Generation uses the trained window"})
 
 
 def draw_prefix_lengths(lengths, generator: Optional[torch.Generator] = None):
     """A prefix length per row, uniform over ``0 .. length - 1`` (so the block holds at least the EOS)."""
     draw = torch.rand(lengths.shape, generator=generator).to(lengths.device)
     return (draw * lengths).long().clamp(max=lengths - 1)
-
-
-def make_blocks(target, prefix, pad, eos, mask, block_size):
-    """Decoder input and slot targets for one block per row of ``target`` ([rows, T], right-padded,
-    ending in EOS) after ``prefix`` tokens. Returns ``(block_input, block_target, slots)``, where
-    ``block_target`` is ``pad`` outside the slots and past each sentence's end, and ``slots`` marks
-    the mask positions (whose targets count in the loss, padding included)."""
-    rows = target.size(0)
-    width = 1 + int(prefix.max()) + block_size
-    positions = torch.arange(width, device=target.device).unsqueeze(0)
-    in_prefix = (positions >= 1) & (positions <= prefix.unsqueeze(1))
-    slots = (positions > prefix.unsqueeze(1)) & (positions <= (prefix + block_size).unsqueeze(1))
-    # the token at input position i (i >= 1) is target[i - 1]; positions past the target are padding
-    shifted = torch.full((rows, width), pad, dtype=target.dtype, device=target.device)
-    columns = min(width - 1, target.size(1))
-    shifted[:, 1:1 + columns] = target[:, :columns]
-    block_input = torch.full_like(shifted, pad)
-    block_input[:, 0] = eos
-    block_input = torch.where(in_prefix, shifted, block_input)
-    block_input = torch.where(slots, torch.full_like(shifted, mask), block_input)
-    block_target = torch.where(slots, shifted, torch.full_like(shifted, pad))
-    return block_input, block_target, slots
 
 
 @register_task("translation_block_nat", dataclass=TranslationBlockNATConfig)
@@ -62,6 +45,8 @@ class TranslationBlockNATTask(TranslationPardecTask):
         if not 1 <= self.cfg.block_size < model.decoder.max_positions():
             raise ValueError(f"--block-size {self.cfg.block_size} must be at least 1 and below the model's "
                              f"{model.decoder.max_positions()} target positions")
+        if self.cfg.context_window < 0:
+            raise ValueError(f"--context-window {self.cfg.context_window}: give a number of tokens, or 0 for all")
         return model
 
     def state_dict(self):
@@ -77,7 +62,7 @@ class TranslationBlockNATTask(TranslationPardecTask):
         dictionary, target = self.target_dictionary, sample["target"]
         prefix = draw_prefix_lengths(target.ne(dictionary.pad()).sum(1), generator)
         block_input, block_target, slots = make_blocks(target, prefix, dictionary.pad(), dictionary.eos(), self.mask,
-                                                       self.cfg.block_size)
+                                                       self.cfg.block_size, self.cfg.context_window)
         return {**sample, "block_input": block_input, "block_target": block_target, "slots": slots}
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):

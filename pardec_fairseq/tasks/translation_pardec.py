@@ -30,7 +30,8 @@ class TranslationPardecConfig(TranslationConfig, DecodingConfig):
             "'gs-jacobi', 'hybrid-jacobi' (Jacobi iteration, whole output or blocks), 'bpd' (blockwise "
             "parallel decoding with the heads of a blockwise_transformer), 'gad' (generalized aggressive "
             "decoding: drafts with the block_nat model of --drafter-path); with the default "
-            "--acceptance exact all of them output exactly what --beam 1 outputs"
+            "--acceptance exact all of them output exactly what --beam 1 outputs; 'gad++' drafts as 'gad' "
+            "and also accepts near-misses (--gad-top-beta, --gad-tau), so its output may differ"
         },
     )
     pardec_stats: Optional[str] = field(

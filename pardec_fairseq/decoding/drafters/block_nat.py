@@ -1,7 +1,8 @@
 """Generalized aggressive decoding's drafter (Xia et al. 2022): a trained ``block_nat`` model.
 
-It reads each row's accepted output (BOS first) followed by ``k`` mask slots and fills every slot in
-one decoder call; its encoder runs once per batch. A draft stops before the first padding the
+It reads each row's accepted output (BOS first; only its latest ``--context-window`` tokens if the
+drafter was trained with one) followed by ``k`` mask slots laid out as in training
+(``make_blocks``), and fills every slot in one decoder call; its encoder runs once per batch. A draft stops before the first padding the
 drafter predicts (it learned to pad past the end of a sentence). The drafter only changes speed:
 exact acceptance keeps the verifier's greedy output whatever it drafts.
 """
@@ -9,17 +10,17 @@ import os
 from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from fairseq import models as fairseq_models
 
 from pardec_fairseq.decoding.drafters import Drafter
 from pardec_fairseq.decoding.proposals import Proposal
+from pardec_fairseq.models.block_nat import make_blocks
 
 
 class NATBlockDrafter(Drafter):
-    def __init__(self, model, block_size, tgt_dict):
-        self.model, self.block_size = model, block_size
+    def __init__(self, model, block_size, tgt_dict, context_window=0):
+        self.model, self.block_size, self.context_window = model, block_size, context_window
         self.pad, self.eos, self.mask = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()
 
     @classmethod
@@ -27,7 +28,7 @@ class NATBlockDrafter(Drafter):
         """Load ``--drafter-path``, refusing a missing file, a checkpoint that is not a block drafter
         and one trained with other dictionaries than the verifier's."""
         if not path:
-            raise ValueError("--gen-algo gad drafts with a block_nat model: pass its checkpoint with --drafter-path "
+            raise ValueError("--gen-algo gad and gad++ draft with a block_nat model: pass its checkpoint with --drafter-path "
                              "(train one with --task translation_block_nat --arch block_nat)")
         if not os.path.isfile(path):
             raise ValueError(f"--drafter-path {path}: no such checkpoint file")
@@ -52,27 +53,24 @@ class NATBlockDrafter(Drafter):
         model.load_state_dict(state["model"], strict=True, model_cfg=state["cfg"].model)
         parameter = next(verifier.parameters())
         model = model.to(device=parameter.device, dtype=parameter.dtype).eval()
-        return cls(model, state["cfg"].task.block_size, tgt_dict)
+        task = state["cfg"].task
+        return cls(model, task.block_size, tgt_dict, getattr(task, "context_window", 0))
 
     def begin(self, net_input, max_len):
         positions = self.model.max_decoder_positions()
-        if max_len + 1 + self.block_size > positions:
+        context = min(max_len, self.context_window) if self.context_window > 0 else max_len
+        if context + 1 + self.block_size > positions:
             raise ValueError(f"the drafter's {positions} target positions cannot hold an output of up to {max_len} "
                              f"tokens after BOS plus its block of {self.block_size}: lower --max-len-a/--max-len-b "
-                             "or train the drafter with more --max-target-positions")
+                             "or train the drafter with more --max-target-positions or a --context-window")
         self.encoder_out = self.model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"])
 
     def propose(self, state) -> Proposal:
         lengths, k = state.lengths, self.block_size
-        width = int(lengths.max()) + 1 + k
-        positions = torch.arange(width, device=lengths.device).unsqueeze(0)
-        accepted = F.pad(state.tokens[:, :width], (0, width - min(width, state.tokens.size(1))), value=self.pad)
-        slots = (positions > lengths.unsqueeze(1)) & (positions <= (lengths + k).unsqueeze(1))
-        block_input = torch.where(positions <= lengths.unsqueeze(1), accepted, torch.full_like(accepted, self.pad))
-        block_input = torch.where(slots, torch.full_like(accepted, self.mask), block_input)
-        logits, _ = self.model.decode(block_input, self.encoder_out)
-        index = lengths.unsqueeze(1) + 1 + torch.arange(k, device=lengths.device)
-        draft = logits.argmax(-1).gather(1, index)
+        block_input, _, slots = make_blocks(state.tokens[:, 1:], lengths, self.pad, self.eos, self.mask, k,
+                                            self.context_window)
+        logits, _ = self.model.decode(block_input, self.encoder_out, slots)
+        draft = logits.argmax(-1).view(-1, k)
         padded = draft.eq(self.pad)
         draft_lengths = torch.where(padded.any(1), padded.long().argmax(1), torch.full_like(lengths, k))
         return Proposal(tokens=draft, lengths=draft_lengths)
