@@ -1,12 +1,14 @@
 """The benchmark runs fairseq's baselines and the plugin's algorithms on the same data in one run."""
 import argparse
 import json
+import time
 
 import pytest
 import torch
 
 from pardec_fairseq.cli.bench import (algorithm_variant, build_runs, edit_ratio, load_task_and_models, main,
                                       parse_args)
+from pardec_fairseq.cli.module_profile import PARTS, ModuleProfile
 
 
 def test_bench_reports_every_generator(toy_experiment, tmp_path, capsys):
@@ -68,6 +70,54 @@ def test_bench_runs_one_algorithm_with_several_option_sets(toy_experiment, tmp_p
     assert decoders["iad"].drafter.pass_tokens == 128 and decoders["iad:iad-pass-tokens=8"].drafter.pass_tokens == 8
     assert decoders["gs-jacobi:jacobi-block-size=2"].drafter.block_size == 2
     assert decoders["iad:acceptance=top-k,acceptance-top-k=3"].acceptance.passes is not None
+
+
+def test_bench_gives_gad_its_drafter_and_each_variant_its_acceptance(toy_experiment, toy_drafter, tmp_path):
+    root = toy_experiment["root"]
+    variants = ["gad", "gad++", "gad++:gad-top-beta=5,gad-tau=3.0"]
+    main([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
+          "--drafter-path", str(toy_drafter["checkpoint"]), "--algorithms", *variants, "--max-sentences", "12",
+          "--batch-size", "4", "--repetitions", "1", "--references", str(root / "test.tgt"), "--detok", "space",
+          "--out-dir", str(tmp_path), "--name", "gad", "--profile"])
+    report = json.loads((tmp_path / "gad.json").read_text())
+    rows = {row["algorithm"]: row for row in report["results"]}
+    assert rows["gad"]["identical_to_greedy"] == 1.0
+    profile = report["profile_seconds"]["gad"]
+    assert set(profile) == set(PARTS) and all(profile[part] > 0 for part in PARTS)
+    assert "| gad++ | " in (tmp_path / "gad.md").read_text().split("Where the time goes")[1]
+    assert all(rows[v]["tokens"] > 0 for v in variants)
+    args = parse_args([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src",
+                       "-t", "tgt", "--drafter-path", str(toy_drafter["checkpoint"]), "--algorithms", *variants,
+                       "--references", str(root / "test.tgt")])
+    task, models = load_task_and_models(args, torch.device("cpu"))
+    decoders = {run.name: run.generator.decoder for run in build_runs(task, models, args) if run.plugin}
+    assert decoders["gad"].drafter.context_window == 2
+    assert decoders["gad"].acceptance.__class__.__name__ == "ExactAcceptance"
+    lprobs = torch.full((1, 1, 8), -9.0)
+    lprobs[0, 0, 4], lprobs[0, 0, 5] = -1.0, -3.0  # token 5: second, 2.0 below the top
+    assert not decoders["gad++"].acceptance.passes(torch.tensor([[5]]), lprobs).item()
+    assert decoders["gad++:gad-top-beta=5,gad-tau=3.0"].acceptance.passes(torch.tensor([[5]]), lprobs).item()
+
+
+def test_module_profile_counts_nested_calls_once_and_leaves_the_objects_as_they_were():
+    class Part:
+        def outer(self):
+            time.sleep(0.05)
+            return self.inner()
+
+        def inner(self):
+            time.sleep(0.2)
+            return "done"
+
+    part = Part()
+    profile = ModuleProfile(torch.device("cpu"))
+    profile.wrap(part, "outer", "outer part")
+    profile.wrap(part, "inner", "inner part")
+    assert part.outer() == "done"
+    # the outer part's own time excludes the inner part's, which is counted once, as its own
+    assert 0.05 <= profile.seconds["outer part"] < 0.2 <= profile.seconds["inner part"]
+    profile.restore()
+    assert "outer" not in vars(part) and "inner" not in vars(part)
 
 
 def test_algorithm_variants_name_their_options_or_fail_clearly():

@@ -30,6 +30,7 @@ from fairseq import checkpoint_utils, utils
 from fairseq.data import encoders
 from fairseq.sequence_generator import SequenceGenerator
 
+from pardec_fairseq.cli.module_profile import PARTS, ModuleProfile
 from pardec_fairseq.decoding import ALGORITHMS, build_generator
 from pardec_fairseq.decoding.config import DecodingConfig, decoding_config
 from pardec_fairseq.decoding.stats import DecodingStats
@@ -87,6 +88,8 @@ def parse_args(argv=None):
                         help="plugin --gen-algo values to run beside fairseq greedy and beam search ("
                         + ", ".join(sorted(ALGORITHMS)) + "), each optionally with decoding options of its "
                         "own, e.g. iad:iad-pass-tokens=64 (a sweep in one process)")
+    parser.add_argument("--drafter-path", default=None,
+                        help="block_nat drafter of gad and gad++ (an algorithm's own drafter-path=... overrides it)")
     parser.add_argument("--max-sentences", type=int, default=None,
                         help="decode only sentences with id < N (the first N lines of the split)")
     parser.add_argument("--batch-size", type=int, default=1, help="sentences per batch (1 = latency)")
@@ -105,6 +108,9 @@ def parse_args(argv=None):
     parser.add_argument("--remove-bpe", default="subword_nmt", help="BPE marker to remove, as in fairseq")
     parser.add_argument("--detok", default="moses", choices=["moses", "space"],
                         help="detokenizer applied after BPE removal")
+    parser.add_argument("--profile", action="store_true",
+                        help="after the timed passes, one more pass per plugin algorithm that reports where its "
+                        "time goes: drafter, verifier layers, vocabulary projection, acceptance, engine")
     parser.add_argument("--cpu", action="store_true", help="decode on the CPU even if a GPU is present")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--out-dir", default="bench_results", help="where the .md, .json and .png go")
@@ -185,7 +191,7 @@ def build_runs(task, models, args):
     runs = [Run(FAIRSEQ_GREEDY, fairseq_search(1), plugin=False),
             Run(fairseq_beam_name(args.beam), fairseq_search(args.beam), plugin=False)]
     for spec, (algorithm, overrides) in zip(args.algorithms, args.variants):
-        cfg = dataclasses.replace(decoding_config(task.cfg), **overrides)
+        cfg = dataclasses.replace(decoding_config(task.cfg), **{"drafter_path": args.drafter_path, **overrides})
         runs.append(Run(spec, build_generator(algorithm, models, tgt_dict, generation, cfg,
                                               src_dict=task.source_dictionary),
                         plugin=True))
@@ -216,6 +222,29 @@ def decode_all(runs, models, batches, repetitions, device):
                 if repetition == 0:
                     for sentence_id, sentence_hypos in zip(batch["id"].tolist(), hypos):
                         run.tokens[sentence_id] = sentence_hypos[0]["tokens"].tolist()
+
+
+def profile_modules(runs, models, batches, device):
+    """One untimed pass per plugin run through ``ModuleProfile``: seconds per part, by run name."""
+    profiles = {}
+    for run in runs:
+        if run.plugin:
+            profile = ModuleProfile(device)
+            with profile.installed(run.generator):
+                for batch in batches:
+                    run.generator.generate(models, batch)
+            profiles[run.name] = {part: profile.seconds[part] for part in PARTS}
+    return profiles
+
+
+def profile_table(profiles):
+    lines = ["Where the time goes (one untimed pass; share of the algorithm's time, seconds in brackets):", "",
+             "| algorithm | " + " | ".join(PARTS) + " |", "|---|" + "---:|" * len(PARTS)]
+    for name, seconds in profiles.items():
+        total = sum(seconds.values())
+        lines.append(f"| {name} | " + " | ".join(f"{100 * seconds[part] / total:.1f}% ({seconds[part]:.2f})"
+                                                  for part in PARTS) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def detokenizer(args):
@@ -436,6 +465,7 @@ def main(argv=None):
     runs = build_runs(task, models, args)
     with torch.no_grad():
         decode_all(runs, models, batches, args.repetitions, device)
+        profiles = profile_modules(runs, models, batches, device) if args.profile else None
     rows = summarize(runs, args, task.target_dictionary)
     meta = {
         "date": time.strftime("%Y-%m-%d"),
@@ -456,6 +486,9 @@ def main(argv=None):
         report["speedup_by_edit_ratio"] = by_edit_ratio
         table += "\n" + edit_ratio_table(by_edit_ratio)
         plot_edit_ratio(ratios, rows, out_dir / f"{args.name}_edit_ratio.png")
+    if profiles is not None:
+        report["profile_seconds"] = profiles
+        table += "\n" + profile_table(profiles)
     (out_dir / f"{args.name}.md").write_text(table, encoding="utf-8")
     (out_dir / f"{args.name}.json").write_text(json.dumps(report, indent=1))
     plot_speedups(rows, out_dir / f"{args.name}.png", args.batch_size)
