@@ -42,17 +42,17 @@ python="$root/.venv/bin/python"
 
 bash "$root/examples/libreoffice_en_de/run.sh" --minutes "$teacher_minutes" --no-bench
 teacher="$teacher_dir/checkpoint_best.pt"
-if [[ " $targets " == *" distilled "* ]] && [ ! -f "$data/distilled_beam$distill_beam/.done" ]; then
-  bash "$root/scripts/distill.sh" "$data/bin" "$teacher" "$data/distilled_beam$distill_beam" -s en -t de \
-    --beam "$distill_beam"
-  touch "$data/distilled_beam$distill_beam/.done"
+distilled="$teacher_dir/distilled_beam$distill_beam"  # shared with run.sh --gad
+if [[ " $targets " == *" distilled "* ]] && [ ! -f "$distilled/.done" ]; then
+  bash "$root/scripts/distill.sh" "$data/bin" "$teacher" "$distilled" -s en -t de --beam "$distill_beam"
+  touch "$distilled/.done"
 fi
 
 bench_limit=()
 [ -z "$bench_sentences" ] || bench_limit=(--max-sentences "$bench_sentences")
 for target in $targets; do
   train_data="$data/bin"
-  [ "$target" = raw ] || train_data="$data/distilled_beam$distill_beam"
+  [ "$target" = raw ] || train_data="$distilled"
   for mode in $modes; do
     for k in $heads; do
       save="$out/${target}_${mode}_k$k"
