@@ -1,14 +1,18 @@
-"""The helper scripts: distributed training with two local processes, sequence-level distillation, the
-blockwise results table."""
+"""The helper scripts: training from a checkpoint's weights, distributed training with two local
+processes, sequence-level distillation, the blockwise results table."""
 import filecmp
 import json
 import socket
 import subprocess
 import sys
 
+import torch
+from fairseq import checkpoint_utils
 from fairseq.data import Dictionary, data_utils
+from omegaconf import OmegaConf
 
 from conftest import REPO, TINY_TRANSFORMER, USER_DIR
+from pardec_fairseq.checkpoint_safety import allow_fairseq_checkpoints
 
 
 def free_port():
@@ -22,6 +26,22 @@ def run_script(script, *args):
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result.stdout
+
+
+def test_train_transformer_from_a_checkpoint_counts_only_its_own_minutes(toy_experiment, tmp_path):
+    # a start checkpoint that says it trained an hour: fairseq's --stop-time-hours alone would stop at once
+    allow_fairseq_checkpoints()
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(toy_experiment["checkpoint"]))
+    state["extra_state"]["previous_training_time"] = 3600.0
+    state["cfg"] = OmegaConf.to_container(state["cfg"])  # as fairseq saves it
+    torch.save(state, tmp_path / "hour.pt")
+    save = tmp_path / "fine_tuned"
+    run_script("train_transformer.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt", "--preset", "base",
+               "--minutes", 1, "--init-from", tmp_path / "hour.pt", "--", *TINY_TRANSFORMER[2:], "--max-update", 25)
+    log = (save / "train.log").read_text()
+    assert f"Loaded checkpoint {tmp_path / 'hour.pt'}" in log
+    assert "num_updates 25" in log  # stopped by --max-update, not by the hour it started with
+    assert (save / ".trained").exists()
 
 
 def test_train_distributed_with_two_local_processes(toy_experiment, tmp_path):

@@ -75,8 +75,3 @@ class ModuleProfile:
             yield self
         finally:
             self.restore()
-
-    def shares(self):
-        """Each part's share of the total, in PARTS order."""
-        total = sum(self.seconds.values())
-        return {part: self.seconds[part] / total for part in PARTS}

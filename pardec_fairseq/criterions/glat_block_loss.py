@@ -1,11 +1,10 @@
 """``glat_block_loss``: the block drafter's loss with glancing (Qian et al. 2021, as GAD trains it).
 
-In training (the encoder runs once), a first decoder pass without gradient predicts every slot; in
-each sentence, as many slots
-as ``ratio`` times the number it got wrong are then revealed (their ground truth replaces the mask,
-drawn at random among the slots of real tokens), and a second decoder pass, with the same dropout
-masks, is trained on the slots still masked; ``block_acc`` is the share of those it predicts right. The
-ratio falls linearly from ``--glat-ratio-start`` to ``--glat-ratio-end`` over
+In training (the encoder runs once), a first decoder pass without gradient predicts every slot;
+in each sentence, as many slots as ``ratio`` times the number it got wrong are then revealed (their
+ground truth replaces the mask, drawn at random among the slots of real tokens), and a second
+decoder pass, with the same dropout masks, is trained on the slots still masked; ``block_acc`` is
+the share of those it predicts right. The ratio falls linearly from ``--glat-ratio-start`` to ``--glat-ratio-end`` over
 ``--glat-anneal-updates`` (0: it stays at the start ratio). Validation reveals nothing and reports
 the same loss and the block accuracy, on the slots alone: the copied prefix is never scored (nor
 projected onto the vocabulary).

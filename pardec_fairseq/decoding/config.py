@@ -54,8 +54,8 @@ class DecodingConfig(FairseqDataclass):
     )
     drafter_path: Optional[str] = field(
         default=None,
-        metadata={"help": "gad, gad++: checkpoint of the block_nat drafter, trained with --task translation_block_nat "
-                  "--arch block_nat on data binarized with the verifier's dictionaries"},
+        metadata={"help": "gad, gad++: checkpoint of the block_nat drafter, trained with --task "
+                  "translation_block_nat --arch block_nat on data binarized with the verifier's dictionaries"},
     )
     gad_top_beta: int = field(
         default=3, metadata={"help": "gad++: accept a drafted token when it is among the verifier's top beta "

@@ -2,9 +2,10 @@
 
 It reads each row's accepted output (BOS first; only its latest ``--context-window`` tokens if the
 drafter was trained with one) followed by ``k`` mask slots laid out as in training
-(``make_blocks``), and fills every slot in one decoder call; its encoder runs once per batch. A draft stops before the first padding the
-drafter predicts (it learned to pad past the end of a sentence). The drafter only changes speed:
-exact acceptance keeps the verifier's greedy output whatever it drafts.
+(``make_blocks``), and fills every slot in one decoder call; its encoder runs once per batch. A
+draft stops before the first padding the drafter predicts (it learned to pad past the end of a
+sentence). The drafter only changes speed: exact acceptance keeps the verifier's greedy output
+whatever it drafts.
 """
 import os
 from types import SimpleNamespace
@@ -28,8 +29,8 @@ class NATBlockDrafter(Drafter):
         """Load ``--drafter-path``, refusing a missing file, a checkpoint that is not a block drafter
         and one trained with other dictionaries than the verifier's."""
         if not path:
-            raise ValueError("--gen-algo gad and gad++ draft with a block_nat model: pass its checkpoint with --drafter-path "
-                             "(train one with --task translation_block_nat --arch block_nat)")
+            raise ValueError("--gen-algo gad and gad++ draft with a block_nat model: pass its checkpoint with "
+                             "--drafter-path (train one with --task translation_block_nat --arch block_nat)")
         if not os.path.isfile(path):
             raise ValueError(f"--drafter-path {path}: no such checkpoint file")
         state = checkpoint_utils.load_checkpoint_to_cpu(path)
