@@ -74,7 +74,7 @@ def test_bench_runs_one_algorithm_with_several_option_sets(toy_experiment, tmp_p
 
 def test_bench_gives_gad_its_drafter_and_each_variant_its_acceptance(toy_experiment, toy_drafter, tmp_path):
     root = toy_experiment["root"]
-    variants = ["gad", "gad++", "gad++:gad-top-beta=5,gad-tau=3.0"]
+    variants = ["greedy", "gad", "gad++", "gad++:gad-top-beta=5,gad-tau=3.0"]
     main([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
           "--drafter-path", str(toy_drafter["checkpoint"]), "--algorithms", *variants, "--max-sentences", "12",
           "--batch-size", "4", "--repetitions", "1", "--references", str(root / "test.tgt"), "--detok", "space",
@@ -82,6 +82,8 @@ def test_bench_gives_gad_its_drafter_and_each_variant_its_acceptance(toy_experim
     report = json.loads((tmp_path / "gad.json").read_text())
     rows = {row["algorithm"]: row for row in report["results"]}
     assert rows["gad"]["identical_to_greedy"] == 1.0
+    # one pass per token: the profiling pass is not counted in the statistics of the timed one
+    assert rows["greedy"]["iterations"] == rows["greedy"]["tokens"]
     profile = report["profile_seconds"]["gad"]
     assert set(profile) == set(PARTS) and all(profile[part] > 0 for part in PARTS)
     assert "| gad++ | " in (tmp_path / "gad.md").read_text().split("Where the time goes")[1]

@@ -225,10 +225,12 @@ def decode_all(runs, models, batches, repetitions, device):
 
 
 def profile_modules(runs, models, batches, device):
-    """One untimed pass per plugin run through ``ModuleProfile``: seconds per part, by run name."""
+    """One untimed pass per plugin run through ``ModuleProfile``: seconds per part, by run name. The
+    pass counts into fresh statistics, so the reported ones stay the first timed repetition's."""
     profiles = {}
     for run in runs:
         if run.plugin:
+            run.generator.restart_stats()
             profile = ModuleProfile(device)
             with profile.installed(run.generator):
                 for batch in batches:
