@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train the autoregressive Transformer (the verifier of the plugin's algorithms) with fairseq-train.
 #   scripts/train_transformer.sh DATA_BIN SAVE_DIR -s SRC -t TGT [--preset cpu|base] [--minutes M]
-#                                [--max-tokens N] [--nproc N] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
+#                                [--max-tokens N] [--nproc N] [--init-from CKPT] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
 # --preset cpu   3+3 layers, d_model 256, FFN 1024, 4 heads, pre-norm, lr 1.5e-3, 300 warm-up
 #                updates (default; sized to learn fast on a 2-core CPU)
 # --preset base  transformer-base (Vaswani et al.): 6+6 layers, d_model 512, FFN 2048, 8 heads,
@@ -14,7 +14,7 @@
 #                fairseq's --stop-time-hours would count C's training time too
 # A finished training in SAVE_DIR (marked by SAVE_DIR/.trained) is reused; the log is SAVE_DIR/train.log.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,12p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,15p "$0" >&2; exit 2; }
 data=$1 save=$2; shift 2
 src="" tgt="" preset=cpu minutes="" max_tokens=4096 nproc=1 init_from="" extra=()
 while [ $# -gt 0 ]; do
