@@ -1,6 +1,7 @@
-"""GAD's block drafter: the blocks it trains on, glancing, its bidirectional decoder, its loss,
-training it through fairseq-train (distributed included), and --gen-algo gad, which must output
-exactly fairseq's greedy output of the verifier whatever the drafter proposes."""
+"""GAD's block drafter: the blocks it trains on (context window included), glancing, its
+bidirectional decoder, its loss, training it through fairseq-train (distributed included), and
+--gen-algo gad (and gad++ with beta 1), which must output exactly fairseq's greedy output of the
+verifier whatever the drafter proposes; gad++'s own flags."""
 import argparse
 import re
 from types import SimpleNamespace
@@ -15,11 +16,11 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from conftest import BLOCK_NAT, USER_DIR, run_fairseq
+from pardec_fairseq.criterions.glat_block_loss import GlatBlockLossCriterion, glancing_ratio, reveal
 from pardec_fairseq.decoding import DecodingConfig
 from pardec_fairseq.decoding.acceptance import build_gad_plus_plus_acceptance
-from pardec_fairseq.decoding.proposals import Proposal
-from pardec_fairseq.criterions.glat_block_loss import GlatBlockLossCriterion, glancing_ratio, reveal
 from pardec_fairseq.decoding.drafters.block_nat import NATBlockDrafter
+from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.block_nat import BlockNATModel, block_nat_architecture, make_blocks
 from pardec_fairseq.tasks.translation_block_nat import draw_prefix_lengths
 from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin, sentences
