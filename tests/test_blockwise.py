@@ -164,7 +164,8 @@ def test_fairseq_train_trains_blockwise_heads_and_generates(toy_experiment, tmp_
     analyze_heads.main([str(toy_experiment["data"]), "--path", str(save / "checkpoint_last.pt"), "-s", "src", "-t",
                         "tgt", "--top-k", "1", "3", "--batch-size", "7", "--out-dir", str(analysis)])
     summary = json.loads((analysis / "heads.json").read_text())
-    bpd_iterations = {s["id"]: s["iterations"] for s in json.loads((tmp_path / "stats.json").read_text())["per_sentence"]}
+    per_sentence = json.loads((tmp_path / "stats.json").read_text())["per_sentence"]
+    bpd_iterations = {s["id"]: s["iterations"] for s in per_sentence}
     assert {int(i): n for i, n in summary["passes"]["1"].items()} == bpd_iterations
     assert summary["block_efficiency"]["3"] >= summary["block_efficiency"]["1"]
     assert "| 4 |" in (analysis / "heads.md").read_text() and (analysis / "heads.png").stat().st_size > 10_000

@@ -4,12 +4,11 @@ In training (the encoder runs once), a first decoder pass without gradient predi
 in each sentence, as many slots as ``ratio`` times the number it got wrong are then revealed (their
 ground truth replaces the mask, drawn at random among the slots of real tokens), and a second
 decoder pass, with the same dropout masks, is trained on the slots still masked; ``block_acc`` is
-the share of those it predicts right. The ratio falls linearly from ``--glat-ratio-start`` to ``--glat-ratio-end`` over
-``--glat-anneal-updates`` (0: it stays at the start ratio). Validation reveals nothing and reports
-the same loss and the block accuracy, on the slots alone: the copied prefix is never scored (nor
-projected onto the vocabulary).
-Padding targets (slots past the end) count in the loss, so fairseq's smoothed loss runs without
-an ignore index.
+the share of those it predicts right. The ratio falls linearly from ``--glat-ratio-start`` to
+``--glat-ratio-end`` over ``--glat-anneal-updates`` (0: it stays at the start ratio). Validation
+reveals nothing and reports the same loss and the block accuracy, on the slots alone: the copied
+prefix is never scored (nor projected onto the vocabulary). Padding targets (slots past the end)
+count in the loss, so fairseq's smoothed loss runs without an ignore index.
 """
 import math
 from dataclasses import dataclass, field

@@ -11,7 +11,6 @@ from pardec_fairseq.decoding.generator import ParallelDecodingGenerator
 from pardec_fairseq.decoding.options import DecodingOptions
 
 
-
 @dataclass
 class Algorithm:
     build_drafter: Callable  # (cfg, src_dict, tgt_dict, models) -> Drafter

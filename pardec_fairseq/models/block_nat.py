@@ -25,10 +25,10 @@ def make_blocks(target, prefix, pad, eos, mask, block_size, window=0):
     positions = torch.arange(width, device=target.device).unsqueeze(0)
     in_prefix = (positions >= 1) & (positions <= shown.unsqueeze(1))
     slots = (positions > shown.unsqueeze(1)) & (positions <= (shown + block_size).unsqueeze(1))
-    # input position i >= 1 holds target[prefix - shown + i - 1]; positions past the target, padding
+    # input position i >= 1 holds target[prefix - shown + i - 1] (below prefix + width, as prefix <= T);
+    # positions past the target, padding
     index = (prefix - shown).unsqueeze(1) + positions - 1
-    padded = F.pad(target, (0, max(0, int(index.max()) + 1 - target.size(1))), value=pad)
-    tokens = padded.gather(1, index.clamp(min=0))
+    tokens = F.pad(target, (0, width), value=pad).gather(1, index.clamp(min=0))
     block_input = torch.where(in_prefix, tokens, torch.where(slots, mask, pad))
     block_input[:, 0] = eos
     block_target = torch.where(slots, tokens, pad)

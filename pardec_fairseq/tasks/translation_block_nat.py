@@ -3,8 +3,9 @@
 Every training and validation sentence becomes one block: a prefix length ``p`` is drawn uniformly
 from ``0 .. len - 1`` (EOS counted in ``len``), the decoder reads BOS, the first ``p`` target tokens
 (their last ``--context-window`` only, if set) and ``--block-size`` mask slots, and each slot's
-target is the target token at its position, or padding past the end of the sentence. Validation draws its prefixes from a generator seeded by the
-sentence ids, so every validation run scores the same blocks.
+target is the target token at its position, or padding past the end of the sentence. Validation
+draws its prefixes from a generator seeded by the sentence ids, so every validation run scores the
+same blocks.
 """
 from dataclasses import dataclass, field
 from typing import Optional

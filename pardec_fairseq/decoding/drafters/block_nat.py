@@ -78,4 +78,3 @@ class NATBlockDrafter(Drafter):
 
     def keep_rows(self, rows):
         self.encoder_out = self.model.encoder.reorder_encoder_out(self.encoder_out, rows)
-
