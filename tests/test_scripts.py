@@ -71,11 +71,24 @@ def test_distill_replaces_train_targets_and_keeps_the_rest(toy_experiment, tmp_p
     assert all(distilled_sources[i].tolist() == original_sources[i].tolist() for i in range(600))
 
 
-def test_check_lossless_compares_every_sentence_through_fairseq_generate(toy_experiment):
+def test_check_lossless_compares_every_sentence_through_fairseq_generate(toy_experiment, toy_drafter):
+    # --drafter-path is an option of the plugin's task, which fairseq's --task translation would refuse
     output = run_script("check_lossless.sh", toy_experiment["data"], toy_experiment["checkpoint"],
-                        "-s", "src", "-t", "tgt", "--gen-algo", "greedy", "--batch-sizes", "1 50")
-    assert output.splitlines() == [
-        f"greedy batch {b}: 100 of 100 hypotheses identical to fairseq --beam 1" for b in (1, 50)]
+                        "-s", "src", "-t", "tgt", "--gen-algo", "hybrid-jacobi", "--gen-algo", "gad",
+                        "--plugin-args", f"--drafter-path {toy_drafter['checkpoint']}", "--batch-sizes", "1 50")
+    assert output.splitlines() == [f"{algo} batch {b}: 100 of 100 hypotheses identical to fairseq --beam 1"
+                                   for b in (1, 50) for algo in ("hybrid-jacobi", "gad")]
+
+
+def test_check_lossless_reports_an_algorithm_that_differs_and_fails(toy_experiment):
+    # "fairseq" without --beam 1 is fairseq's beam search (beam 5): a search that may differ from greedy
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "check_lossless.sh"), str(toy_experiment["data"]),
+         str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt", "--gen-algo", "fairseq",
+         "--gen-algo", "greedy", "--batch-sizes", "50"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == ["greedy batch 50: 100 of 100 hypotheses identical to fairseq --beam 1"]
+    assert "fairseq batch 50: differs from fairseq --beam 1:" in result.stderr
 
 
 def test_blockwise_table_collects_every_model_of_the_recipe(tmp_path):
@@ -90,11 +103,13 @@ def test_blockwise_table_collects_every_model_of_the_recipe(tmp_path):
     bench(tmp_path / "distilled_frozen_k4", 20.0, {"bpd": (20.0, 2.5, 1.8),
                                                    "bpd:acceptance=top-k,acceptance-top-k=2": (19.5, 3.1, 2.2)})
     bench(tmp_path / "distilled_frozen_k10", 20.0, {"bpd": (20.0, 2.9, 1.9)})
+    bench(tmp_path / "distilled_fine-tuned_lr2e-4_k4", 19.0, {"bpd": (19.0, 3.0, 2.1)})
     (tmp_path / "notes").mkdir()  # not a model folder
     table = subprocess.run([sys.executable, str(REPO / "scripts" / "blockwise_table.py"), str(tmp_path)],
                            capture_output=True, text=True, check=True).stdout
     rows = [line for line in table.splitlines() if line.startswith("| distilled")]
-    assert rows == ["| distilled | frozen | 4 | 20.00 | 20.00 | 2.50 | 1.80x | 19.50 | 3.10 | 2.20x | – | – | – |",
+    assert rows == ["| distilled | fine-tuned, lr 2e-4 | 4 | 19.00 | 19.00 | 3.00 | 2.10x | – | – | – | – | – | – |",
+                    "| distilled | frozen | 4 | 20.00 | 20.00 | 2.50 | 1.80x | 19.50 | 3.10 | 2.20x | – | – | – |",
                     "| distilled | frozen | 10 | 20.00 | 20.00 | 2.90 | 1.90x | – | – | – | – | – | – |"]
     assert "300 sentences of `test`" in table
     empty = subprocess.run([sys.executable, str(REPO / "scripts" / "blockwise_table.py"), str(tmp_path / "notes")],
