@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One table (Stern et al. Table 1 style) from the models of examples/libreoffice_en_de/run_blockwise.sh:
-for each <targets>_<mode>_k<k> folder, BLEU, mean accepted block (tokens per pass) and wall-clock
+for each <targets>_<mode>[_lr<LR>]_k<k> folder, BLEU, mean accepted block (tokens per pass) and wall-clock
 speedup over fairseq greedy of the same model, for exact, top-2 and top-3 acceptance."""
 import argparse
 import json
@@ -19,13 +19,15 @@ def main(argv=None):
     args = parser.parse_args(argv)
     rows = []
     for model in sorted(Path(args.folder).iterdir()):
-        match = re.fullmatch(r"(raw|distilled)_(frozen|fine-tuned)_k(\d+)", model.name)
+        match = re.fullmatch(r"(raw|distilled)_(frozen|fine-tuned)(?:_lr([0-9.e-]+))?_k(\d+)", model.name)
         bench = model / f"bench_b{args.batch_size}.json"
         if not match or not bench.exists():
             continue
         results = {r["algorithm"]: r for r in json.loads(bench.read_text())["results"]}
         meta = json.loads(bench.read_text())["meta"]
-        target, mode, k = match.group(1), match.group(2), int(match.group(3))
+        target, mode, lr, k = match.group(1), match.group(2), match.group(3), int(match.group(4))
+        if lr:
+            mode = f"{mode}, lr {lr}"
         cells = [target, mode, str(k), f"{results['fairseq-greedy']['bleu']:.2f}"]
         for _, algorithm in RULES:
             r = results.get(algorithm)
