@@ -70,11 +70,11 @@ BLOCK_NAT = ["--task", "translation_block_nat", "--arch", "block_nat", *TINY_TRA
 
 @pytest.fixture(scope="session")
 def toy_drafter(toy_experiment, tmp_path_factory):
-    """GAD's block drafter for the toy data, trained a few updates with a context window of 2 tokens;
-    ``log`` is fairseq-train's output."""
+    """GAD's block drafter for the toy data, trained a few updates with a context window of 2 tokens
+    and the soft copy of the source; ``log`` is fairseq-train's output."""
     checkpoints = tmp_path_factory.mktemp("toy_drafter")
     log = run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, *BLOCK_NAT, "--max-update", 4,
-                      "--context-window", 2, "--save-dir", checkpoints, "--log-interval", 1,
+                      "--context-window", 2, "--soft-copy", "--save-dir", checkpoints, "--log-interval", 1,
                       "--log-format", "simple")
     return {"checkpoint": checkpoints / "checkpoint_last.pt", "log": log}
 

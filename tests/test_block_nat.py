@@ -3,6 +3,7 @@ bidirectional decoder, its loss, training it through fairseq-train (distributed 
 --gen-algo gad (and gad++ with beta 1), which must output exactly fairseq's greedy output of the
 verifier whatever the drafter proposes; gad++'s own flags."""
 import argparse
+import math
 import re
 from types import SimpleNamespace
 
@@ -32,7 +33,7 @@ PAD, EOS, MASK = 1, 2, 3
 
 def test_blocks_hold_the_prefix_then_mask_slots_with_pad_targets_past_the_end():
     target = torch.tensor([[10, 11, 12, EOS], [13, EOS, PAD, PAD]])
-    block_input, block_target, slots = make_blocks(target, torch.tensor([2, 0]), PAD, EOS, MASK, block_size=3)
+    block_input, block_target, slots, offset = make_blocks(target, torch.tensor([2, 0]), PAD, EOS, MASK, block_size=3)
     assert block_input.tolist() == [[EOS, 10, 11, MASK, MASK, MASK],
                                     [EOS, MASK, MASK, MASK, PAD, PAD]]
     # each slot's target is the target token at its position; past EOS, padding
@@ -40,15 +41,17 @@ def test_blocks_hold_the_prefix_then_mask_slots_with_pad_targets_past_the_end():
                                      [PAD, 13, EOS, PAD, PAD, PAD]]
     assert slots.tolist() == [[False, False, False, True, True, True],
                               [False, True, True, True, False, False]]
+    assert offset.tolist() == [0, 0]
 
 
 def test_a_context_window_shows_the_latest_prefix_tokens_at_the_first_positions():
     target = torch.tensor([[10, 11, 12, 13, EOS], [14, EOS, PAD, PAD, PAD]])
-    block_input, block_target, slots = make_blocks(target, torch.tensor([3, 1]), PAD, EOS, MASK, block_size=2,
-                                                   window=2)
+    block_input, block_target, slots, offset = make_blocks(target, torch.tensor([3, 1]), PAD, EOS, MASK,
+                                                           block_size=2, window=2)
     assert block_input.tolist() == [[EOS, 11, 12, MASK, MASK], [EOS, 14, MASK, MASK, PAD]]
     assert block_target.tolist() == [[PAD, PAD, PAD, 13, EOS], [PAD, PAD, EOS, PAD, PAD]]
     assert slots.tolist() == [[False, False, False, True, True], [False, False, True, True, False]]
+    assert offset.tolist() == [1, 0]  # the window hides the first token of row 0's prefix
     # a window as long as the prefixes shows them whole
     unbounded = make_blocks(target, torch.tensor([3, 1]), PAD, EOS, MASK, block_size=2)
     for bounded, whole in zip(make_blocks(target, torch.tensor([3, 1]), PAD, EOS, MASK, 2, window=3), unbounded):
@@ -79,11 +82,11 @@ def test_glancing_reveals_ratio_times_the_wrong_slots_among_real_tokens():
     assert glancing_ratio(0.5, 0.3, 0, 5000) == 0.5  # no annealing
 
 
-def build_block_nat(dictionary, seed=0, dropout=0.0):
+def build_block_nat(dictionary, seed=0, dropout=0.0, soft_copy=False):
     args = argparse.Namespace(encoder_layers=1, decoder_layers=1, encoder_embed_dim=16, decoder_embed_dim=16,
                               encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_embed_dim=32,
                               decoder_ffn_embed_dim=32, dropout=dropout, share_all_embeddings=True,
-                              max_source_positions=64, max_target_positions=64)
+                              max_source_positions=64, max_target_positions=64, soft_copy=soft_copy)
     block_nat_architecture(args)
     torch.manual_seed(seed)
     return BlockNATModel.build_model(args, SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary))
@@ -102,6 +105,62 @@ def test_the_decoder_attends_in_both_directions():
     assert not torch.allclose(logits[0, 2], changed[0, 2])  # slot 2 sees position 3
 
 
+def test_the_block_decoder_computes_what_fairseq_decoder_computes_with_full_context():
+    dictionary = make_dictionary(20)
+    model = build_block_nat(dictionary, seed=4).eval()
+    pad, eos, mask = dictionary.pad(), dictionary.eos(), dictionary.unk()
+    source = torch.tensor([[pad, 5, 6, eos], [7, 8, 9, eos]])  # fairseq pads sources on the left
+    block = torch.tensor([[eos, 10, mask, mask, pad], [eos, 11, 12, mask, mask]])
+    with torch.no_grad():
+        encoder_out = model.encoder(source, src_lengths=torch.tensor([3, 4]))
+        ours = model.decoder.block_features(block, encoder_out, block.eq(mask))
+        fairseqs, _ = model.decoder(block, encoder_out=encoder_out, features_only=True, full_context_alignment=True)
+    assert torch.allclose(ours, fairseqs, atol=1e-6)
+
+
+def test_soft_copy_mixes_source_embeddings_by_distance_to_each_target_index():
+    dictionary = make_dictionary(20)
+    model = build_block_nat(dictionary, soft_copy=True).eval()
+    pad, eos = dictionary.pad(), dictionary.eos()
+    source = torch.tensor([[pad, pad, 5, 6, eos], [7, 8, 9, 10, eos]])
+    with torch.no_grad():
+        model.decoder.copy_log_temperature.fill_(math.log(2.0))
+        encoder_out = model.encoder(source, src_lengths=torch.tensor([3, 5]))
+        copied = model.decoder.soft_copy(encoder_out, width=4, offset=torch.tensor([0, 2]))
+    embedding = encoder_out["encoder_embedding"][0]
+    for row, first_real, offset in ((0, 2, 0), (1, 0, 2)):
+        real = embedding[row, first_real:]
+        for position in range(4):  # input position i stands for target index offset + i - 1
+            distance = (torch.arange(len(real)) - (offset + position - 1)).abs().float()
+            expected = torch.softmax(-distance / 2.0, 0) @ real
+            assert torch.allclose(copied[row, position], expected, atol=1e-5)
+
+
+def test_soft_copy_goes_into_the_slots_only_and_needs_matching_embedding_sizes():
+    dictionary = make_dictionary(20)
+    plain, copying = build_block_nat(dictionary, seed=2).eval(), build_block_nat(dictionary, seed=2, soft_copy=True)
+    copying.eval()
+    eos, mask = dictionary.eos(), dictionary.unk()
+    source, block = torch.tensor([[5, 6, 7, eos]]), torch.tensor([[eos, 8, mask, mask]])
+    with torch.no_grad():
+        encoder_out = plain.encoder(source, src_lengths=torch.tensor([4]))
+        no_slots = torch.zeros_like(block, dtype=torch.bool)
+        assert torch.equal(copying.decoder.block_features(block, encoder_out, no_slots),
+                           plain.decoder.block_features(block, encoder_out, no_slots))
+        assert not torch.allclose(copying.decoder.block_features(block, encoder_out, block.eq(mask)),
+                                  plain.decoder.block_features(block, encoder_out, block.eq(mask)))
+    # it may start from the weights of a drafter (or verifier) without it, at temperature 1
+    with torch.no_grad():
+        copying.decoder.copy_log_temperature.fill_(1.0)
+    copying.load_state_dict(plain.state_dict(), strict=True)
+    assert copying.decoder.copy_log_temperature.item() == 0.0
+    args = argparse.Namespace(encoder_embed_dim=16, decoder_embed_dim=32, share_all_embeddings=False,
+                              soft_copy=True)
+    block_nat_architecture(args)
+    with pytest.raises(ValueError, match="--soft-copy adds source embeddings to the decoder's"):
+        BlockNATModel.build_model(args, SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary))
+
+
 def criterion_for(dictionary, **options):
     task = SimpleNamespace(target_dictionary=dictionary, add_blocks=None)
     config = dict(label_smoothing=0.1, glat_ratio_start=0.5, glat_ratio_end=0.3, glat_anneal_updates=100)
@@ -110,11 +169,12 @@ def criterion_for(dictionary, **options):
 
 def block_sample(dictionary, prefix):
     target = torch.tensor([[7, 8, 9, 10, dictionary.eos()], [11, dictionary.eos()] + [dictionary.pad()] * 3])
-    block_input, block_target, slots = make_blocks(target, torch.tensor(prefix), dictionary.pad(), dictionary.eos(),
-                                                   dictionary.unk(), block_size=3)
+    blocks = make_blocks(target, torch.tensor(prefix), dictionary.pad(), dictionary.eos(), dictionary.unk(),
+                         block_size=3)
     source = torch.tensor([[5, 6, dictionary.eos()], [dictionary.pad(), 5, dictionary.eos()]])
     return {"net_input": {"src_tokens": source, "src_lengths": torch.tensor([3, 2])}, "target": target,
-            "block_input": block_input, "block_target": block_target, "slots": slots, "update_num": 0}
+            "block_input": blocks.input, "block_target": blocks.target, "slots": blocks.slots,
+            "block_offset": blocks.offset, "update_num": 0}
 
 
 def test_validation_loss_scores_the_slots_alone():
@@ -158,14 +218,15 @@ def test_the_criterion_needs_the_block_task():
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), block_size=st.integers(1, 6), window=st.integers(0, 4),
        eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
-       tau=st.floats(0.0, 5.0))
+       tau=st.floats(0.0, 5.0), soft_copy=st.booleans())
 def test_gad_and_gad_plus_plus_with_beta_one_equal_fairseq_greedy_of_the_verifier_with_an_untrained_drafter(
-        seed, block_size, window, eos_bias, batch, max_len_b, batch_of, tau):
+        seed, block_size, window, eos_bias, batch, max_len_b, batch_of, tau, soft_copy):
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias)
     collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
     expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
-    drafter = NATBlockDrafter(build_block_nat(dictionary, seed=seed + 1).eval(), block_size, dictionary, window)
+    drafter = NATBlockDrafter(build_block_nat(dictionary, seed=seed + 1, soft_copy=soft_copy).eval(), block_size,
+                              dictionary, window)
     actual, stats = plugin("greedy", [verifier], dictionary, collated, max_len_b=max_len_b, drafter=drafter)
     assert_same_hypotheses(expected, actual)
     assert stats.iterations <= stats.tokens
@@ -237,7 +298,8 @@ def test_fairseq_train_trains_the_drafter_and_gad_decodes_with_it(toy_experiment
     torch.save(state, tmp_path / "other_dictionary.pt")
     dictionary = Dictionary.load(str(toy_experiment["data"] / "dict.tgt.txt"))
     verifier = checkpoint_utils.load_model_ensemble([str(toy_experiment["checkpoint"])])[0][0]
-    assert NATBlockDrafter.from_checkpoint(str(drafter), dictionary, dictionary, verifier).context_window == 2
+    loaded = NATBlockDrafter.from_checkpoint(str(drafter), dictionary, dictionary, verifier)
+    assert loaded.context_window == 2 and loaded.model.decoder.copy_log_temperature is not None
     with pytest.raises(ValueError, match="another target dictionary than the verifier's .*first difference at index 7"):
         NATBlockDrafter.from_checkpoint(str(tmp_path / "other_dictionary.pt"), dictionary, dictionary, verifier)
     with pytest.raises(AssertionError, match="use --arch block_nat"):
@@ -251,7 +313,7 @@ def test_fairseq_train_trains_the_drafter_and_gad_decodes_with_it(toy_experiment
 def test_drafter_training_with_two_local_processes(toy_experiment, tmp_path):
     output = run_script("train_distributed.sh", "--nproc", 2, "--backend", "gloo",
                         "--master", f"127.0.0.1:{free_port()}", "--log-dir", tmp_path / "logs", "--",
-                        toy_experiment["data"], "--user-dir", USER_DIR, *BLOCK_NAT, "--max-update", 3,
-                        "--save-dir", tmp_path / "checkpoints")
+                        toy_experiment["data"], "--user-dir", USER_DIR, *BLOCK_NAT, "--soft-copy",
+                        "--max-update", 3, "--save-dir", tmp_path / "checkpoints")
     assert "distributed init (rank 1)" in (tmp_path / "logs" / "rank1.log").read_text()
     assert "done training" in output and (tmp_path / "checkpoints" / "checkpoint_last.pt").exists()

@@ -8,16 +8,18 @@
 #   examples/libreoffice_en_de/run.sh [--preset cpu|base] [--minutes M] [--nproc N] [--name NAME]
 #       [--bench-sentences N] [--batch-size B] [--repetitions R] [--algorithms "greedy jacobi gs-jacobi hybrid-jacobi"] [--no-bench]
 #       [--gad [--distill-beam 5] [--verifier-minutes 20] [--drafter-minutes 30] [--block-size 10]
-#        [--context-window 0] [--gad-algorithms "gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"]]
+#        [--context-window 0] [--soft-copy] [--gad-algorithms "gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"]]
 # Training options are those of scripts/train_transformer.sh (default: cpu preset, 60 minutes).
 # Outputs go to runs/libreoffice_en_de/<NAME, default the preset>/: checkpoints, train.log and
 # bench_b<batch size>.{md,json,png}; with --gad also distilled_beam<B>/ (the distilled data),
-# gad/verifier/, gad/drafter_k<K>_w<W>/ and gad/bench_k<K>_w<W>_b<batch size>.{md,json,png}.
+# gad/verifier/, gad/drafter_k<K>_w<W>/ and gad/bench_k<K>_w<W>_b<batch size>.{md,json,png} (with
+# --soft-copy, a drafter that soft-copies the source into its slots: k<K>_w<W>_copy in both names).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 default_algorithms="greedy jacobi gs-jacobi hybrid-jacobi"
 gad=0 distill_beam=5 verifier_minutes=20 drafter_minutes=30 block_size=10 context_window=0
 gad_algorithms="gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"
+soft_copy=()
 shared=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -27,6 +29,7 @@ while [ $# -gt 0 ]; do
     --drafter-minutes) drafter_minutes=$2; shift 2 ;;
     --block-size) block_size=$2; shift 2 ;;
     --context-window) context_window=$2; shift 2 ;;
+    --soft-copy) soft_copy=(--soft-copy); shift ;;
     --gad-algorithms) gad_algorithms=$2; shift 2 ;;
     *) shared+=("$1"); shift ;;
   esac
@@ -57,14 +60,15 @@ verifier="$save/gad/verifier"
 bash "$root/scripts/train_transformer.sh" "$distilled" "$verifier" -s en -t de --preset "$preset" \
   --minutes "$verifier_minutes" --max-tokens "$max_tokens" --nproc "$nproc" \
   --init-from "$save/checkpoint_best.pt" -- --lr 5e-4 --warmup-updates 100
-drafter="$save/gad/drafter_k${block_size}_w$context_window"
+drafter_name="k${block_size}_w$context_window${soft_copy:+_copy}"
+drafter="$save/gad/drafter_$drafter_name"
 bash "$root/scripts/train_transformer.sh" "$distilled" "$drafter" -s en -t de --preset "$preset" \
   --minutes "$drafter_minutes" --max-tokens "$max_tokens" --nproc "$nproc" \
   --init-from "$verifier/checkpoint_last.pt" -- --task translation_block_nat --arch block_nat \
-  --criterion glat_block_loss --block-size "$block_size" --context-window "$context_window" \
+  --criterion glat_block_loss --block-size "$block_size" --context-window "$context_window" "${soft_copy[@]}" \
   --lr 5e-4 --warmup-updates 100 --glat-anneal-updates 2000
 [ "$bench" -eq 0 ] || { read -ra gad_runs <<< "$gad_algorithms"
   "$python" "$root/scripts/bench.py" "$data/bin" --path "$verifier/checkpoint_last.pt" -s en -t de \
     --drafter-path "$drafter/checkpoint_last.pt" --references "$data/raw/test.de" --out-dir "$save/gad" \
     "${bench_options[@]}" --algorithms greedy "${gad_runs[@]}" --profile \
-    --name "bench_k${block_size}_w${context_window}_b$batch_size"; }
+    --name "bench_${drafter_name}_b$batch_size"; }

@@ -73,14 +73,14 @@ class GlatBlockLossCriterion(FairseqCriterion):
 
     def forward(self, model, sample, reduce=True):
         net_input, slots = sample["net_input"], sample["slots"]
-        block_input, block_target = sample["block_input"], sample["block_target"]
+        block_input, block_target, offset = sample["block_input"], sample["block_target"], sample["block_offset"]
         encoder_out = model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"])
         scored, continue_from = slots, None
         if model.training:
             ratio = glancing_ratio(self.ratio_start, self.ratio_end, self.anneal_updates, sample.get("update_num", 0))
             dropout_state = rng_state(block_input.device)
             with torch.no_grad():
-                first, _ = model.decode(block_input, encoder_out, slots)
+                first, _ = model.decode(block_input, encoder_out, slots, offset)
             wrong = torch.zeros_like(slots)
             wrong[slots] = first.argmax(-1).ne(block_target[slots])
             revealed = reveal(slots, wrong, slots & block_target.ne(self.padding_idx), ratio)
@@ -88,7 +88,7 @@ class GlatBlockLossCriterion(FairseqCriterion):
             scored = slots & ~revealed
             continue_from = rng_state(block_input.device)
             set_rng_state(dropout_state)  # the second pass draws the first pass's dropout masks
-        logits, _ = model.decode(block_input, encoder_out, scored)  # [scored slots, vocabulary]
+        logits, _ = model.decode(block_input, encoder_out, scored, offset)  # [scored slots, vocabulary]
         if continue_from is not None:  # and later draws do not repeat the glancing draws
             set_rng_state(continue_from)
         lprobs = model.get_normalized_probs((logits, None), log_probs=True)

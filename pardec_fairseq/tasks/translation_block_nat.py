@@ -62,9 +62,10 @@ class TranslationBlockNATTask(TranslationPardecTask):
     def add_blocks(self, sample, generator=None):
         dictionary, target = self.target_dictionary, sample["target"]
         prefix = draw_prefix_lengths(target.ne(dictionary.pad()).sum(1), generator)
-        block_input, block_target, slots = make_blocks(target, prefix, dictionary.pad(), dictionary.eos(), self.mask,
-                                                       self.cfg.block_size, self.cfg.context_window)
-        return {**sample, "block_input": block_input, "block_target": block_target, "slots": slots}
+        blocks = make_blocks(target, prefix, dictionary.pad(), dictionary.eos(), self.mask, self.cfg.block_size,
+                             self.cfg.context_window)
+        return {**sample, "block_input": blocks.input, "block_target": blocks.target, "slots": blocks.slots,
+                "block_offset": blocks.offset}
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         sample = {**self.add_blocks(sample), "update_num": update_num}

@@ -68,9 +68,8 @@ class NATBlockDrafter(Drafter):
 
     def propose(self, state) -> Proposal:
         lengths, k = state.lengths, self.block_size
-        block_input, _, slots = make_blocks(state.tokens[:, 1:], lengths, self.pad, self.eos, self.mask, k,
-                                            self.context_window)
-        logits, _ = self.model.decode(block_input, self.encoder_out, slots)
+        blocks = make_blocks(state.tokens[:, 1:], lengths, self.pad, self.eos, self.mask, k, self.context_window)
+        logits, _ = self.model.decode(blocks.input, self.encoder_out, blocks.slots, blocks.offset)
         draft = logits.argmax(-1).view(-1, k)
         padded = draft.eq(self.pad)
         draft_lengths = torch.where(padded.any(1), padded.long().argmax(1), torch.full_like(lengths, k))
