@@ -19,6 +19,7 @@ from fairseq.sequence_generator import EnsembleModel
 from torch import Tensor
 
 from pardec_fairseq.decoding import cache as cache_rollback
+from pardec_fairseq.models.decoder_steps import decoder_input, decoder_output, encoder_states
 
 
 @dataclass
@@ -110,19 +111,9 @@ class Verifier:
     @staticmethod
     def _features(decoder, tokens, positions, encoder_out, incremental_state):
         """``TransformerDecoderBase.extract_features_scriptable`` for n new tokens at once."""
-        enc = encoder_out["encoder_out"][0] if len(encoder_out["encoder_out"]) > 0 else None
-        enc_padding = (encoder_out["encoder_padding_mask"][0]
-                       if len(encoder_out["encoder_padding_mask"]) > 0 else None)
-        x = decoder.embed_scale * decoder.embed_tokens(tokens)
-        if decoder.quant_noise is not None:
-            x = decoder.quant_noise(x)
-        if decoder.project_in_dim is not None:
-            x = decoder.project_in_dim(x)
-        if decoder.embed_positions is not None:
-            x += embed_positions(decoder.embed_positions, positions)
-        if decoder.layernorm_embedding is not None:
-            x = decoder.layernorm_embedding(x)
-        x = decoder.dropout_module(x).transpose(0, 1)
+        enc, enc_padding = encoder_states(encoder_out)
+        x = decoder_input(decoder, tokens, None if decoder.embed_positions is None
+                          else embed_positions(decoder.embed_positions, positions))
 
         n = tokens.size(1)
         self_attn_mask = None
@@ -132,12 +123,7 @@ class Verifier:
         for layer in decoder.layers:
             x, _, _ = layer(x, enc, enc_padding, incremental_state, self_attn_mask=self_attn_mask,
                             self_attn_padding_mask=None)
-        if decoder.layer_norm is not None:
-            x = decoder.layer_norm(x)
-        x = x.transpose(0, 1)
-        if decoder.project_out_dim is not None:
-            x = decoder.project_out_dim(x)
-        return x
+        return decoder_output(decoder, x)
 
     @staticmethod
     def _cached_length(decoder, incremental_state):

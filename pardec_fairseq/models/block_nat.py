@@ -18,6 +18,8 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase
 from fairseq.models.transformer.transformer_legacy import base_architecture
 from torch import Tensor, nn
 
+from pardec_fairseq.models.decoder_steps import decoder_input, decoder_output, encoder_states
+
 
 class Blocks(NamedTuple):
     """One block per row: the decoder's input and the slots' targets."""
@@ -81,30 +83,16 @@ class BlockNATDecoder(TransformerDecoderBase):
     def block_features(self, block_input, encoder_out, slots, offset: Optional[Tensor] = None) -> Tensor:
         """``extract_features`` of fairseq's decoder with full context and no cache, plus the soft
         copy into the ``slots``: ``[rows, width, d]``."""
-        x = self.embed_scale * self.embed_tokens(block_input)
+        copied = None
         if self.copy_log_temperature is not None:
-            x = x + self.soft_copy(encoder_out, block_input.size(1), offset) * slots.unsqueeze(-1)
-        if self.quant_noise is not None:
-            x = self.quant_noise(x)
-        if self.project_in_dim is not None:
-            x = self.project_in_dim(x)
-        if self.embed_positions is not None:
-            x = x + self.embed_positions(block_input)
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x).transpose(0, 1)
+            copied = self.soft_copy(encoder_out, block_input.size(1), offset) * slots.unsqueeze(-1)
+        positions = self.embed_positions(block_input) if self.embed_positions is not None else None
+        x = decoder_input(self, block_input, positions, copied)
+        enc, enc_padding = encoder_states(encoder_out)
         padding = block_input.eq(self.padding_idx)
-        enc = encoder_out["encoder_out"][0] if len(encoder_out["encoder_out"]) > 0 else None
-        enc_padding = (encoder_out["encoder_padding_mask"][0]
-                       if len(encoder_out["encoder_padding_mask"]) > 0 else None)
         for layer in self.layers:
             x, _, _ = layer(x, enc, enc_padding, self_attn_padding_mask=padding if bool(padding.any()) else None)
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        x = x.transpose(0, 1)
-        if self.project_out_dim is not None:
-            x = self.project_out_dim(x)
-        return x
+        return decoder_output(self, x)
 
 
 @register_model("block_nat")
