@@ -38,14 +38,19 @@ def main(argv=None):
         sys.exit(f"blockwise_table.py: no <targets>_<mode>_k<k>/bench_b{args.batch_size}.json under {args.folder}")
     rows.sort(key=lambda row: (row[0][0], row[0][1], row[0][2]))
     meta = rows[0][2]
+    # models benchmarked on other days or with other thread counts say so in a column of their own
+    measured = {(m["hardware"], m["date"]) for _, _, m in rows}
+    where = "" if len(measured) > 1 else f", {meta['hardware']}, {meta['date']}"
     print(f"Blockwise parallel decoding, {meta['sentences']} sentences of `{meta['subset']}`, batch size "
-          f"{meta['batch_size']}, {meta['hardware']}, {meta['date']}. BLEU of fairseq greedy (head 1); "
-          "per acceptance rule: BLEU, mean accepted block (tokens per pass), wall-clock speedup over "
-          "fairseq greedy of the same model.\n")
+          f"{meta['batch_size']}{where}. BLEU of fairseq greedy (head 1); per acceptance rule: BLEU, mean "
+          "accepted block (tokens per pass), wall-clock speedup over fairseq greedy of the same model.\n")
+    extra = " measured on |" if len(measured) > 1 else ""
     print("| targets | base | k | greedy BLEU | " + " | ".join(f"{n} BLEU | {n} block | {n} speedup" for n, _ in RULES)
-          + " |")
-    print("|---|---|---:|---:|" + "---:|" * 3 * len(RULES))
-    for _, cells, _ in rows:
+          + " |" + extra)
+    print("|---|---|---:|---:|" + "---:|" * 3 * len(RULES) + ("---|" if extra else ""))
+    for _, cells, row_meta in rows:
+        if extra:
+            cells = cells + [f"{row_meta['hardware']}, {row_meta['date']}"]
         print("| " + " | ".join(cells) + " |")
 
 

@@ -92,12 +92,12 @@ def test_check_lossless_reports_an_algorithm_that_differs_and_fails(toy_experime
 
 
 def test_blockwise_table_collects_every_model_of_the_recipe(tmp_path):
-    def bench(folder, greedy_bleu, rules):
+    def bench(folder, greedy_bleu, rules, hardware="cpu"):
         folder.mkdir()
         results = [{"algorithm": "fairseq-greedy", "bleu": greedy_bleu}]
         results += [{"algorithm": name, "bleu": bleu, "mean_accepted": block, "speedup_vs_greedy": speedup}
                     for name, (bleu, block, speedup) in rules.items()]
-        meta = {"sentences": 300, "subset": "test", "batch_size": 1, "hardware": "cpu", "date": "2026-11-22"}
+        meta = {"sentences": 300, "subset": "test", "batch_size": 1, "hardware": hardware, "date": "2026-11-22"}
         (folder / "bench_b1.json").write_text(json.dumps({"meta": meta, "results": results}))
 
     bench(tmp_path / "distilled_frozen_k4", 20.0, {"bpd": (20.0, 2.5, 1.8),
@@ -111,7 +111,14 @@ def test_blockwise_table_collects_every_model_of_the_recipe(tmp_path):
     assert rows == ["| distilled | fine-tuned, lr 2e-4 | 4 | 19.00 | 19.00 | 3.00 | 2.10x | – | – | – | – | – | – |",
                     "| distilled | frozen | 4 | 20.00 | 20.00 | 2.50 | 1.80x | 19.50 | 3.10 | 2.20x | – | – | – |",
                     "| distilled | frozen | 10 | 20.00 | 20.00 | 2.90 | 1.90x | – | – | – | – | – | – |"]
-    assert "300 sentences of `test`" in table
+    assert "300 sentences of `test`, batch size 1, cpu, 2026-11-22." in table
+    # a model measured elsewhere: every row says where
+    bench(tmp_path / "raw_frozen_k2", 18.0, {"bpd": (18.0, 1.2, 0.8)}, hardware="cpu, 1 thread")
+    table = subprocess.run([sys.executable, str(REPO / "scripts" / "blockwise_table.py"), str(tmp_path)],
+                           capture_output=True, text=True, check=True).stdout
+    assert "300 sentences of `test`, batch size 1. BLEU" in table
+    assert "| raw | frozen | 2 | 18.00 | 18.00 | 1.20 | 0.80x | – | – | – | – | – | – | cpu, 1 thread, 2026-11-22 |" in table
+    assert "| distilled | frozen | 4 | 20.00 | 20.00 | 2.50 | 1.80x | 19.50 | 3.10 | 2.20x | – | – | – | cpu, 2026-11-22 |" in table
     empty = subprocess.run([sys.executable, str(REPO / "scripts" / "blockwise_table.py"), str(tmp_path / "notes")],
                            capture_output=True, text=True)
     assert empty.returncode != 0 and "no <targets>_<mode>_k<k>/bench_b1.json" in empty.stderr
