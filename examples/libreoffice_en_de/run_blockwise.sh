@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Blockwise parallel decoding on LibreOffice help En->De (Stern et al. 2018, Table 1 at CPU scale):
 # teacher -> sequence-level distillation -> blockwise-head models for each number of heads k, with
-# the teacher's parameters frozen (only the heads train, so the output is the teacher's) or
-# fine-tuned (everything trains), on the raw or the distilled targets -> for each
+# the teacher's parameters frozen (only the heads train; head 1 is the teacher, so the output is
+# the teacher's) or fine-tuned (everything trains), on the raw or the distilled targets -> for each
 # model the benchmark (exact, top-2 and top-3 acceptance beside fairseq greedy and beam 5) and the
 # heads' analysis, then one table of them all.
 #   examples/libreoffice_en_de/run_blockwise.sh [--heads "2 4 6 8 10"] [--modes "frozen fine-tuned"]
@@ -63,12 +63,8 @@ for target in $targets; do
       # a short warm-up, as the base is trained already and a CPU budget buys few updates
       blockwise=(--arch blockwise_transformer --block-heads "$k" --init-base-from "$teacher"
                  --criterion blockwise_cross_entropy --label-smoothing 0.1 --warmup-updates 100)
-      # head 1 is the base's own output in both modes, so every model starts from the teacher's
-      # output: a learned head 1 starts as the teacher plus a random feed-forward branch (it lost 9
-      # points of validation accuracy, 47.6 -> 38, in its first 50 updates, whatever the learning rate)
-      blockwise+=(--identity-first-head)
       if [ "$mode" = frozen ]; then
-        blockwise+=(--freeze-base)
+        blockwise+=(--identity-first-head --freeze-base)
       elif [ -n "$fine_tune_lr" ]; then
         blockwise+=(--lr "$fine_tune_lr")  # after the preset's --lr, so fairseq-train takes it
       fi
