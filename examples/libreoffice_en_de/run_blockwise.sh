@@ -10,8 +10,7 @@
 #       [--bench-sentences N] [--batch-size B] [--fine-tune-lr LR]
 # --minutes is per blockwise model (default 10); the teacher is runs/libreoffice_en_de/cpu, trained
 # by run.sh for --teacher-minutes (default 60) if it is not there. --fine-tune-lr LR: the fine-tuned
-# models' learning rate (default: the preset's 1.5e-3, which suits new heads but moves a trained base
-# far). Outputs: runs/libreoffice_en_de/blockwise/<targets>_<mode>_k<k>/ (<targets>_fine-tuned_lr<LR>_k<k>/
+# models' learning rate (default: the preset's, 1.5e-3). Outputs: runs/libreoffice_en_de/blockwise/<targets>_<mode>_k<k>/ (<targets>_fine-tuned_lr<LR>_k<k>/
 # with --fine-tune-lr; checkpoints, bench_b<B>.md, heads.md/png) and runs/libreoffice_en_de/blockwise/table.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
