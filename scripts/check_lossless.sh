@@ -6,9 +6,10 @@
 #                             [-- EXTRA_FAIRSEQ_GENERATE_ARGS...]
 # fairseq's reference is decoded once per batch size and compared with each algorithm. --plugin-args:
 # options of the plugin's task (split at spaces), given to the algorithms' runs only; the arguments
-# after -- go to every run. Prints one line per algorithm and batch size; exits 1 after the checks if any algorithm differed.
+# after -- go to every run. Prints one line per algorithm and batch size; exits 1 after the checks
+# if any algorithm differed.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,9p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,10p "$0" >&2; exit 2; }
 data=$1 checkpoint=$2; shift 2
 src="" tgt="" algos=() batch_sizes="1 16" subset=test plugin_args=() extra=()
 while [ $# -gt 0 ]; do
