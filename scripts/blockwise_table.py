@@ -39,17 +39,16 @@ def main(argv=None):
     rows.sort(key=lambda row: (row[0][0], row[0][1], row[0][2]))
     meta = rows[0][2]
     # models benchmarked on other days or with other thread counts say so in a column of their own
-    measured = {(m["hardware"], m["date"]) for _, _, m in rows}
-    where = "" if len(measured) > 1 else f", {meta['hardware']}, {meta['date']}"
+    mixed = len({(m["hardware"], m["date"]) for _, _, m in rows}) > 1
+    where = "" if mixed else f", {meta['hardware']}, {meta['date']}"
     print(f"Blockwise parallel decoding, {meta['sentences']} sentences of `{meta['subset']}`, batch size "
           f"{meta['batch_size']}{where}. BLEU of fairseq greedy (head 1); per acceptance rule: BLEU, mean "
           "accepted block (tokens per pass), wall-clock speedup over fairseq greedy of the same model.\n")
-    extra = " measured on |" if len(measured) > 1 else ""
     print("| targets | base | k | greedy BLEU | " + " | ".join(f"{n} BLEU | {n} block | {n} speedup" for n, _ in RULES)
-          + " |" + extra)
-    print("|---|---|---:|---:|" + "---:|" * 3 * len(RULES) + ("---|" if extra else ""))
+          + " |" + (" measured on |" if mixed else ""))
+    print("|---|---|---:|---:|" + "---:|" * 3 * len(RULES) + ("---|" if mixed else ""))
     for _, cells, row_meta in rows:
-        if extra:
+        if mixed:
             cells = cells + [f"{row_meta['hardware']}, {row_meta['date']}"]
         print("| " + " | ".join(cells) + " |")
 

@@ -57,7 +57,6 @@ for target in $targets; do
   for mode in $modes; do
     for k in $heads; do
       save="$out/${target}_${mode}_k$k"
-      [ "$mode" = frozen ] || [ -z "$fine_tune_lr" ] || save="$out/${target}_${mode}_lr${fine_tune_lr}_k$k"
       # the teacher's architecture (the cpu preset) with k heads on top, starting from its weights;
       # a short warm-up, as the base is trained already and a CPU budget buys few updates
       blockwise=(--arch blockwise_transformer --block-heads "$k" --init-base-from "$teacher"
@@ -66,6 +65,7 @@ for target in $targets; do
         blockwise+=(--identity-first-head --freeze-base)
       elif [ -n "$fine_tune_lr" ]; then
         blockwise+=(--lr "$fine_tune_lr")  # after the preset's --lr, so fairseq-train takes it
+        save="$out/${target}_${mode}_lr${fine_tune_lr}_k$k"
       fi
       bash "$root/scripts/train_transformer.sh" "$train_data" "$save" -s en -t de --preset cpu \
         --minutes "$minutes" -- "${blockwise[@]}"

@@ -70,8 +70,9 @@ class BlockNATDecoder(TransformerDecoderBase):
         source's scaled token embeddings weighted by ``softmax_j(-|target index - j| / temperature)``
         over the source positions ``j`` (padding, left or right, skipped)."""
         embedding = encoder_out["encoder_embedding"][0]  # [rows, S, d]
-        padding = (encoder_out["encoder_padding_mask"][0] if len(encoder_out["encoder_padding_mask"]) > 0
-                   else embedding.new_zeros(embedding.shape[:2], dtype=torch.bool))
+        _, padding = encoder_states(encoder_out)
+        if padding is None:
+            padding = embedding.new_zeros(embedding.shape[:2], dtype=torch.bool)
         source_index = (~padding).long().cumsum(1) - 1
         target_index = torch.arange(width, device=embedding.device) - 1
         if offset is not None:
