@@ -20,6 +20,7 @@ from pardec_fairseq.decoding.engine import DraftVerifyDecoder
 from pardec_fairseq.decoding.generator import ParallelDecodingGenerator
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.proposals import Proposal, Verdict
+from pardec_fairseq.decoding.registry import build_verifier
 from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin
 from tiny import build_transformer, make_batch, make_dictionary
 
@@ -59,8 +60,9 @@ class FixedScores:
 
 def run_engine(models, dictionary, batch, drafter, acceptance, **generation):
     options = DecodingOptions(**generation)
-    generator = ParallelDecodingGenerator("test", DraftVerifyDecoder(drafter, acceptance, dictionary, options),
-                                          models, dictionary, options)
+    verifier = build_verifier("fast", models, dictionary, options)
+    generator = ParallelDecodingGenerator("test", DraftVerifyDecoder(verifier, drafter, acceptance, dictionary, options),
+                                          dictionary, options)
     return generator.generate(models, batch), generator.stats
 
 

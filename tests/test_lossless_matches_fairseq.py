@@ -49,13 +49,14 @@ def plugin(algorithm, models, dictionary, batch, decoding=None, drafter=None, ac
     return generator.generate(models, batch), generator.stats
 
 
-def assert_same_hypotheses(expected, actual):
+def assert_same_hypotheses(expected, actual, tolerance=1e-5):
     assert len(expected) == len(actual)
     for fairseq_hypos, plugin_hypos in zip(expected, actual):
         want, got = fairseq_hypos[0], plugin_hypos[0]
         assert got["tokens"].tolist() == want["tokens"].tolist()
-        torch.testing.assert_close(got["positional_scores"], want["positional_scores"], rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(got["score"], want["score"], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got["positional_scores"], want["positional_scores"], rtol=tolerance,
+                                   atol=tolerance)
+        torch.testing.assert_close(got["score"], want["score"], rtol=tolerance, atol=tolerance)
 
 
 sentences = st.lists(

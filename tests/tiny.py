@@ -18,18 +18,19 @@ def make_dictionary(n_symbols):
 
 def build_transformer(dictionary, seed=0, layers=1, embed_dim=16, heads=2, ffn_dim=32,
                       max_positions=64, eos_bias=0.0, learned_positions=False, block_heads=None,
-                      identity_first_head=False):
+                      identity_first_head=False, **architecture):
     """A stock fairseq ``transformer`` with random weights; ``eos_bias`` shifts how soon it stops.
-    With ``block_heads``, a ``blockwise_transformer`` with that many heads."""
-    args = argparse.Namespace(
-        encoder_layers=layers, decoder_layers=layers,
-        encoder_embed_dim=embed_dim, decoder_embed_dim=embed_dim,
-        encoder_attention_heads=heads, decoder_attention_heads=heads,
-        encoder_ffn_embed_dim=ffn_dim, decoder_ffn_embed_dim=ffn_dim,
-        max_source_positions=max_positions, max_target_positions=max_positions,
-        dropout=0.0, share_all_embeddings=True,
-        encoder_learned_pos=learned_positions, decoder_learned_pos=learned_positions,
-    )
+    With ``block_heads``, a ``blockwise_transformer`` with that many heads. ``architecture``: more
+    fairseq model arguments (``decoder_normalize_before=True``, ``activation_fn="gelu"``, ...)."""
+    args = argparse.Namespace(**{
+        **dict(encoder_layers=layers, decoder_layers=layers,
+               encoder_embed_dim=embed_dim, decoder_embed_dim=embed_dim,
+               encoder_attention_heads=heads, decoder_attention_heads=heads,
+               encoder_ffn_embed_dim=ffn_dim, decoder_ffn_embed_dim=ffn_dim,
+               max_source_positions=max_positions, max_target_positions=max_positions,
+               dropout=0.0, share_all_embeddings=True,
+               encoder_learned_pos=learned_positions, decoder_learned_pos=learned_positions),
+        **architecture})
     model_class = TransformerModel
     if block_heads is not None:
         args.block_heads, args.identity_first_head, model_class = block_heads, identity_first_head, BlockwiseTransformerModel
@@ -39,7 +40,7 @@ def build_transformer(dictionary, seed=0, layers=1, embed_dim=16, heads=2, ffn_d
     torch.manual_seed(seed)
     model = model_class.build_model(args, task)
     # an output bias on EOS alone (weights still tied) varies the output lengths of random models
-    projection = torch.nn.Linear(embed_dim, len(dictionary), bias=True)
+    projection = torch.nn.Linear(model.decoder.output_projection.in_features, len(dictionary), bias=True)
     projection.weight = model.decoder.output_projection.weight
     with torch.no_grad():
         projection.bias.zero_()

@@ -8,10 +8,19 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 ACCEPTANCE_CHOICES = ChoiceEnum(["exact", "top-k", "top-beta", "distance"])
 IAD_REENTRY_CHOICES = ChoiceEnum(["unique", "nearest", "expected"])
+VERIFIER_CHOICES = ChoiceEnum(["fast", "fairseq"])
 
 
 @dataclass
 class DecodingConfig(FairseqDataclass):
+    verifier: VERIFIER_CHOICES = field(
+        default="fast",
+        metadata={"help": "how the verifier runs the model: 'fast' on weights re-laid once per generator and a "
+                  "static key/value cache, without the per-call overhead of fairseq's modules; 'fairseq' "
+                  "through fairseq's own decoder modules (the reference). Both give fairseq's numbers; a "
+                  "model with an option the fast path does not reproduce decodes on the fairseq path, with "
+                  "a notice naming the option"},
+    )
     acceptance: ACCEPTANCE_CHOICES = field(
         default="exact",
         metadata={"help": "acceptance rule for drafted tokens: 'exact' keeps the verifier's greedy output "

@@ -9,12 +9,24 @@ its batch. Statistics are counted here, once for every algorithm.
 import math
 import time
 from dataclasses import dataclass
+from typing import List
 
 import torch
 from torch import Tensor
 
-from pardec_fairseq.decoding.generator import DecodedSentence
 from pardec_fairseq.decoding.proposals import Proposal, Verdict
+
+
+@dataclass
+class DecodedSentence:
+    """One finished output: tokens end with EOS; scores are fairseq's cumulative scores."""
+
+    tokens: Tensor
+    cumulative_scores: Tensor
+    iterations: int
+    seconds: float
+    drafted: int = 0  # drafted tokens the verifier checked
+    accepted_drafts: int = 0  # of those, the ones in the output
 
 
 @dataclass
@@ -74,18 +86,22 @@ class DecodingState:
 
 
 class DraftVerifyDecoder:
-    """An algorithm: a drafter and an acceptance rule around the shared verifier."""
+    """An algorithm: a drafter and an acceptance rule around the verifier."""
 
-    def __init__(self, drafter, acceptance, tgt_dict, options):
-        self.drafter, self.acceptance, self.options = drafter, acceptance, options
+    def __init__(self, verifier, drafter, acceptance, tgt_dict, options):
+        self.verifier, self.drafter, self.acceptance, self.options = verifier, drafter, acceptance, options
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
 
-    def decode(self, verifier, sample, bos_token=None):
-        start = time.perf_counter()
+    def decode(self, sample, bos_token=None) -> List[DecodedSentence]:
+        with self.verifier.decoding():
+            return self._decode(sample, bos_token)
+
+    def _decode(self, sample, bos_token):
+        start, verifier = time.perf_counter(), self.verifier
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
         max_len = self.options.max_len(src_tokens.size(1), verifier.max_decoder_positions())
-        cache = verifier.start(net_input)
+        cache = verifier.start(net_input, max_len)
         state = DecodingState.begin(src_tokens.size(0), max_len, self.eos if bos_token is None else bos_token,
                                     self.pad, src_tokens.device)
         self.drafter.begin(net_input, max_len)

@@ -2,37 +2,22 @@
 into fairseq's hypothesis dicts, times it and records statistics, while a decoder does the work."""
 import time
 import weakref
-from dataclasses import dataclass
 from typing import List
 
 import torch
-from torch import Tensor
 
+from pardec_fairseq.decoding.engine import DecodedSentence, DraftVerifyDecoder
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.stats import DecodingStats, SentenceStats
-from pardec_fairseq.decoding.verifier import Verifier
-
-
-@dataclass
-class DecodedSentence:
-    """One finished output: tokens end with EOS; scores are fairseq's cumulative scores."""
-
-    tokens: Tensor
-    cumulative_scores: Tensor
-    iterations: int
-    seconds: float
-    drafted: int = 0  # drafted tokens the verifier checked
-    accepted_drafts: int = 0  # of those, the ones in the output
 
 
 class ParallelDecodingGenerator:
-    """Wraps a decoder (``decode(verifier, sample) -> List[DecodedSentence]``) for fairseq."""
+    """Wraps a decoder (``decode(sample) -> List[DecodedSentence]``) for fairseq."""
 
-    def __init__(self, algorithm, decoder, models, tgt_dict, options: DecodingOptions, stats_path=None):
+    def __init__(self, algorithm, decoder: DraftVerifyDecoder, tgt_dict, options: DecodingOptions, stats_path=None):
         self.algorithm = algorithm
         self.decoder = decoder
         self.options = options
-        self.verifier = Verifier(models, tgt_dict, options)
         # once, as fairseq's SequenceGenerator does: walking every module per batch costs ~3 ms on a CPU
         self.verifier.ensemble.eval()
         # what fairseq-generate strips from printed hypotheses, as for its own generator
@@ -41,6 +26,14 @@ class ParallelDecodingGenerator:
         if stats_path:
             # fairseq-generate has no end-of-run hook; write when the generator goes away or at exit
             weakref.finalize(self, self.stats.write, stats_path)
+
+    @property
+    def verifier(self):
+        return self.decoder.verifier
+
+    def refresh_weights(self):
+        """Follow the models' weights after they changed (``--eval-bleu`` during training)."""
+        self.verifier.refresh()
 
     def restart_stats(self) -> DecodingStats:
         """Count from zero from now on (the benchmark keeps one repetition's counts)."""
@@ -55,7 +48,7 @@ class ParallelDecodingGenerator:
                 "use --gen-algo fairseq for them"
             )
         start = time.perf_counter()
-        sentences = self.decoder.decode(self.verifier, sample, bos_token)
+        sentences = self.decoder.decode(sample, bos_token)
         seconds = time.perf_counter() - start
         self._record(sample, sentences, seconds)
         return [[self._hypothesis(s)] for s in sentences]

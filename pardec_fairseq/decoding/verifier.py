@@ -1,15 +1,15 @@
 """The verifier: the autoregressive model (or ensemble) whose greedy output every algorithm keeps.
 
-One pass scores several new target tokens at once, reusing the incremental cache of the accepted
-prefix: it runs the modules of a stock fairseq ``TransformerDecoder`` with per-row positions and a
-causal mask over the new tokens, where fairseq's own ``extract_features_scriptable`` would embed
-only the last token. The log-probabilities follow ``EnsembleModel.forward_decoder`` and
+One pass scores several new target tokens at once over the cache of the accepted prefix. Two paths
+do the decoder's work (``--verifier``): ``fast_verifier`` (the default) on re-laid weights and a
+static cache, ``fairseq_verifier`` (the reference) through fairseq's own modules. Both hand their
+decoder features to the arithmetic here, which follows ``EnsembleModel.forward_decoder`` and
 ``SequenceGenerator`` (temperature, ensemble average, NaN, pad and unknown-word handling), so a
 one-token pass gives fairseq's numbers.
 """
+import contextlib
 import math
-from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -17,17 +17,6 @@ from fairseq.models.transformer import TransformerDecoderBase
 from fairseq.modules import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
 from fairseq.sequence_generator import EnsembleModel
 from torch import Tensor
-
-from pardec_fairseq.decoding import cache as cache_rollback
-from pardec_fairseq.models.decoder_steps import decoder_input, decoder_output, encoder_states
-
-
-@dataclass
-class VerifierCache:
-    """What the verifier keeps for the rows of a batch that are still decoding."""
-
-    encoder_outs: List[Dict[str, List[Tensor]]]
-    incremental_states: List[Dict[str, Dict[str, Optional[Tensor]]]]
 
 
 def check_decoder(decoder):
@@ -61,14 +50,15 @@ def embed_positions(module, positions: Tensor) -> Tensor:
 
 
 class Verifier:
+    """What every verifier path shares: the ensemble, fairseq's positions and the arithmetic from
+    decoder features to fairseq's log-probabilities. A path implements ``start``, ``score``,
+    ``rollback``, ``keep_rows`` and ``logits``."""
+
     def __init__(self, models, tgt_dict, options):
         self.ensemble = EnsembleModel(models)
-        if not self.ensemble.has_incremental_states():
-            raise ValueError("the plugin's generators need models with incremental (cached) decoders")
         for model in models:
             check_decoder(model.decoder)
         self.decoders = [model.decoder for model in models]
-        self.self_attentions = [cache_rollback.self_attention_modules(decoder) for decoder in self.decoders]
         self.options = options
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
         self.max_positions = self.ensemble.max_decoder_positions()
@@ -76,68 +66,61 @@ class Verifier:
     def max_decoder_positions(self):
         return self.max_positions
 
-    def start(self, net_input) -> VerifierCache:
-        encoder_outs = self.ensemble.forward_encoder(net_input)
-        return VerifierCache(encoder_outs, [{} for _ in range(self.ensemble.models_size)])
+    def start(self, net_input, max_len):
+        """Run the encoders and return an empty cache for outputs of up to ``max_len`` tokens."""
+        raise NotImplementedError
 
-    def score(self, cache: VerifierCache, tokens: Tensor, first_index: Tensor, max_len: int) -> "VerifierScores":
+    def score(self, cache, tokens: Tensor, first_index: Tensor, max_len: int) -> "VerifierScores":
         """Score the positions after each of ``tokens`` ``[rows, n]``, where ``tokens[r, 0]`` sits at
         output index ``first_index[r]`` (BOS = 0) and the cache holds each row's tokens before it.
         The new tokens enter the cache; fairseq's length rules for ``max_len`` apply."""
+        raise NotImplementedError
+
+    def rollback(self, cache, valid: Tensor, kept: Tensor, new_columns: int):
+        """After a pass of ``new_columns`` tokens over ``valid[r]`` cached ones, keep the first
+        ``kept[r]`` of them for row ``r``."""
+        raise NotImplementedError
+
+    def keep_rows(self, cache, rows: Tensor):
+        """Keep only ``rows`` (indices into the current batch) in every cache."""
+        raise NotImplementedError
+
+    def logits(self, model: int, x: Tensor) -> Tensor:
+        """Model ``model``'s output layer on its decoder features ``x``."""
+        raise NotImplementedError
+
+    def refresh(self):
+        """Follow the models' current weights (a path that copied them re-lays them)."""
+
+    def decoding(self):
+        """A context the engine decodes a batch in (a path may set up its libraries there)."""
+        return contextlib.nullcontext()
+
+    def steps_and_positions(self, tokens: Tensor, first_index: Tensor):
+        """fairseq's step of each new token and its position (``pad + 1 + step``)."""
         steps = first_index.unsqueeze(1) + torch.arange(tokens.size(1), device=tokens.device)
         # filler after a row's own draft may pass the last position; its outputs are never used
         positions = (self.pad + 1 + steps).clamp_(max=self.pad + self.max_positions)
-        features = [self._features(decoder, tokens, positions, encoder_out, incremental_state)
-                    for decoder, encoder_out, incremental_state in zip(
-                        self.decoders, cache.encoder_outs, cache.incremental_states)]
-        return VerifierScores(self, features, steps, max_len)
+        return steps, positions
 
     def log_probs(self, features: List[Tensor], steps: Tensor, max_len: int) -> Tensor:
         """Log-probabilities ``[rows, m, vocab]`` from decoder features, with exactly the arithmetic
         of ``EnsembleModel.forward_decoder`` and ``SequenceGenerator`` for fairseq steps ``steps``."""
         log_probs = []
-        for decoder, x in zip(self.decoders, features):
-            logits = decoder.output_layer(x).div_(self.options.temperature)
+        for model, (decoder, x) in enumerate(zip(self.decoders, features)):
+            logits = self.logits(model, x)
+            if self.options.temperature != 1.0:
+                logits = logits.div_(self.options.temperature)
             log_probs.append(decoder.get_normalized_probs((logits, None), log_probs=True, sample=None))
         if len(log_probs) == 1:
             lprobs = log_probs[0]
         else:
             lprobs = torch.logsumexp(torch.stack(log_probs, dim=0), dim=0) - math.log(len(log_probs))
-        lprobs[lprobs != lprobs] = -math.inf
+        lprobs = lprobs.nan_to_num_(nan=-math.inf, posinf=math.inf, neginf=-math.inf)
         lprobs[..., self.pad] = -math.inf
-        lprobs[..., self.unk] -= self.options.unk_penalty
+        if self.options.unk_penalty:
+            lprobs[..., self.unk] -= self.options.unk_penalty
         return self.options.apply_length_limits(lprobs, steps, max_len, self.eos)
-
-    @staticmethod
-    def _features(decoder, tokens, positions, encoder_out, incremental_state):
-        """``TransformerDecoderBase.extract_features_scriptable`` for n new tokens at once."""
-        enc, enc_padding = encoder_states(encoder_out)
-        x = decoder_input(decoder, tokens, None if decoder.embed_positions is None
-                          else embed_positions(decoder.embed_positions, positions))
-
-        n = tokens.size(1)
-        self_attn_mask = None
-        if n > 1:  # new token j sees the cache and new tokens up to j
-            cached = Verifier._cached_length(decoder, incremental_state)
-            self_attn_mask = torch.triu(x.new_full((n, cached + n), -math.inf), diagonal=cached + 1)
-        for layer in decoder.layers:
-            x, _, _ = layer(x, enc, enc_padding, incremental_state, self_attn_mask=self_attn_mask,
-                            self_attn_padding_mask=None)
-        return decoder_output(decoder, x)
-
-    @staticmethod
-    def _cached_length(decoder, incremental_state):
-        buffer = decoder.layers[0].self_attn._get_input_buffer(incremental_state)
-        return buffer["prev_key"].size(2) if "prev_key" in buffer else 0
-
-    def rollback(self, cache: VerifierCache, valid: Tensor, kept: Tensor, new_columns: int):
-        """After a pass of ``new_columns`` tokens, keep the first ``kept[r]`` of them for row ``r``."""
-        cache_rollback.rollback(self.self_attentions, cache.incremental_states, valid, kept, new_columns)
-
-    def keep_rows(self, cache: VerifierCache, rows: Tensor):
-        """Keep only ``rows`` (indices into the current batch) in every cache."""
-        cache.encoder_outs = self.ensemble.reorder_encoder_out(cache.encoder_outs, rows)
-        self.ensemble.reorder_incremental_state(cache.incremental_states, rows)
 
 
 class VerifierScores:
@@ -166,6 +149,11 @@ class VerifierScores:
         lprobs = projected.new_full((*needed.shape, projected.size(-1)), -math.inf)
         lprobs[needed] = projected
         return lprobs
+
+    def hidden_states(self, model: int = 0) -> Tensor:
+        """``[rows, n, d]``: model ``model``'s decoder output at every position of the pass, before
+        the output layer (what drafters that ride on the verifier read)."""
+        return self.features[model]
 
     def all(self) -> Tensor:
         """Every position of every row, projected once and kept for later calls."""

@@ -67,6 +67,14 @@ class TranslationPardecTask(TranslationTask):
         # --required-batch-size-multiple (96 of 100 sentences translated at --batch-size 50)
         dataset.batch_by_size = batch_by_size_keeping_remainder
 
+    def begin_valid_epoch(self, epoch, model):
+        """``--eval-bleu``'s generator was built with the model before training changed it: a plugin
+        generator that copied the weights (``--verifier fast``) takes them again."""
+        super().begin_valid_epoch(epoch, model)
+        refresh = getattr(getattr(self, "sequence_generator", None), "refresh_weights", None)
+        if refresh is not None:
+            refresh()
+
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
         algorithm = getattr(self.cfg.gen_algo, "value", self.cfg.gen_algo)

@@ -30,7 +30,7 @@ class BlockwiseHeadsDrafter(Drafter):
 
     def update(self, scores, verdict, state):
         """Heads 2..k where the verifier's own token came from (``verdict.accepted`` in the pass)."""
-        features = scores.features[0]  # the first model of the verifier carries the heads
+        features = scores.hidden_states(0)  # the first model of the verifier carries the heads
         at = verdict.accepted.view(-1, 1, 1).expand(-1, 1, features.size(2))
         h = features.gather(1, at).squeeze(1)
         logits = self.decoder.head_logits(h, list(range(1, self.decoder.blockwise_heads.heads)))

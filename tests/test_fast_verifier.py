@@ -1,0 +1,148 @@
+"""The fast verifier path gives fairseq's numbers on every option stock transformer checkpoints carry,
+falls back to the fairseq path (with a notice) for the rest, and follows weights that training changes."""
+import argparse
+import logging
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pardec_fairseq.decoding import DecodingConfig, build_generator
+from pardec_fairseq.decoding.fairseq_verifier import FairseqVerifier
+from pardec_fairseq.decoding.fast_verifier import FastVerifier
+from pardec_fairseq.decoding.options import DecodingOptions
+from pardec_fairseq.decoding.registry import build_verifier
+from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin, sentences
+from tiny import build_transformer, make_batch, make_dictionary
+
+SHARING = {"all": dict(share_all_embeddings=True),
+           "decoder input and output": dict(share_all_embeddings=False, share_decoder_input_output_embed=True),
+           "none": dict(share_all_embeddings=False, share_decoder_input_output_embed=False)}
+
+
+def with_project_in(model, input_dim, seed):
+    """Give the decoder token embeddings of another size and fairseq's ``project_in_dim`` (no stock
+    architecture flag builds it, but the decoder runs it whenever the sizes differ)."""
+    decoder = model.decoder
+    generator = torch.Generator().manual_seed(seed)
+    vocab, embed_dim = decoder.embed_tokens.weight.shape
+    embed = torch.nn.Embedding(vocab, input_dim, padding_idx=decoder.padding_idx)
+    project = torch.nn.Linear(input_dim, embed_dim, bias=False)
+    with torch.no_grad():
+        embed.weight.copy_(torch.randn(vocab, input_dim, generator=generator))
+        project.weight.copy_(torch.randn(embed_dim, input_dim, generator=generator) / input_dim ** 0.5)
+    decoder.embed_tokens, decoder.project_in_dim = embed, project
+    return model
+
+
+architectures = st.fixed_dictionaries({
+    "decoder_normalize_before": st.booleans(),
+    "encoder_normalize_before": st.booleans(),
+    "learned_positions": st.booleans(),
+    "no_token_positional_embeddings": st.booleans(),
+    "no_scale_embedding": st.booleans(),
+    "layernorm_embedding": st.booleans(),
+    "activation_fn": st.sampled_from(["relu", "gelu"]),
+    "no_cross_attention": st.booleans(),
+})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(architecture=architectures, sharing=st.sampled_from(sorted(SHARING)), project_out=st.booleans(),
+       project_in=st.booleans(), ensemble=st.integers(1, 2), seed=st.integers(0, 10_000), layers=st.integers(1, 3),
+       embed_dim=st.sampled_from([8, 16, 32]), heads=st.sampled_from([1, 2, 4]), eos_bias=st.floats(-1.0, 3.0),
+       algorithm=st.sampled_from(["greedy", "iad", "jacobi", "gs-jacobi"]), batch=sentences,
+       left_pad=st.booleans(), max_len_a=st.sampled_from([0.0, 0.5, 1.2]), max_len_b=st.integers(1, 20),
+       min_len=st.integers(0, 3), unkpen=st.sampled_from([0.0, 2.0, -2.0]),
+       temperature=st.sampled_from([1.0, 0.7, 1.5]), lenpen=st.sampled_from([1.0, 0.5]))
+def test_fast_path_equals_beam_one_on_every_supported_option(
+        architecture, sharing, project_out, project_in, ensemble, seed, layers, embed_dim, heads, eos_bias,
+        algorithm, batch, left_pad, max_len_a, max_len_b, min_len, unkpen, temperature, lenpen):
+    dictionary = make_dictionary(20)
+    options = dict(architecture, **SHARING[sharing])
+    if project_out and sharing == "none":  # a shared output projection has the embeddings' size
+        options["decoder_output_dim"] = embed_dim + 4
+    models = []
+    for member in range(ensemble):
+        model = build_transformer(dictionary, seed=seed + member, layers=layers, embed_dim=embed_dim, heads=heads,
+                                  eos_bias=eos_bias, **options)
+        if project_in and sharing != "all":
+            with_project_in(model, embed_dim + 2, seed + member)
+        models.append(model)
+    collated = make_batch(dictionary, batch, left_pad_source=left_pad)
+    generation = dict(max_len_a=max_len_a, max_len_b=max_len_b, min_len=min(min_len, max_len_b), unkpen=unkpen,
+                      temperature=temperature, lenpen=lenpen)
+    expected = fairseq_beam_one(models, dictionary, collated, **generation)
+    assert isinstance(build_verifier("fast", models, dictionary, DecodingOptions()), FastVerifier)
+    actual, _ = plugin(algorithm, models, dictionary, collated, DecodingConfig(verifier="fast"), **generation)
+    assert_same_hypotheses(expected, actual, tolerance=1e-4)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), rows=st.integers(1, 5), data=st.data(),
+       pre_norm=st.booleans(), learned_positions=st.booleans())
+def test_fast_pass_scores_equal_the_fairseq_pass_over_uneven_rows(seed, rows, data, pre_norm, learned_positions):
+    """Two passes of several tokens, the first kept to a different length per row: every position
+    the second pass scores has the fairseq path's log-probabilities and hidden states."""
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=seed, layers=2, learned_positions=learned_positions,
+                              decoder_normalize_before=pre_norm)
+    batch = make_batch(dictionary, [data.draw(st.lists(st.integers(4, 23), min_size=1, max_size=8))
+                                    for _ in range(rows)])
+    first_n, second_n = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
+    kept = torch.tensor(data.draw(st.lists(st.integers(1, first_n), min_size=rows, max_size=rows)))
+    generator = torch.Generator().manual_seed(seed)
+    first = torch.randint(4, 24, (rows, first_n), generator=generator)
+    second = torch.randint(4, 24, (rows, second_n), generator=generator)
+    max_len = first_n + second_n + 2
+    results = []
+    for verifier in (FastVerifier, FairseqVerifier):
+        verifier = verifier([model], dictionary, DecodingOptions())
+        with torch.no_grad():
+            cache = verifier.start(batch["net_input"], max_len)
+            zeros = torch.zeros(rows, dtype=torch.long)
+            verifier.score(cache, first, zeros, max_len)
+            verifier.rollback(cache, zeros, kept, first_n)
+            scores = verifier.score(cache, second, kept, max_len)
+            results.append((scores.all(), scores.hidden_states()))
+    (fast_lprobs, fast_hidden), (reference_lprobs, reference_hidden) = results
+    torch.testing.assert_close(fast_hidden, reference_hidden, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(fast_lprobs, reference_lprobs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("option, flag", [("scale_attn", "--scale-attn"), ("scale_fc", "--scale-fc"),
+                                          ("scale_heads", "--scale-heads"), ("scale_resids", "--scale-resids")])
+def test_options_the_fast_path_does_not_reproduce_decode_on_the_fairseq_path(option, flag, caplog):
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=4, eos_bias=1.0, **{option: True})
+    collated = make_batch(dictionary, [[4, 5, 6], [7, 8]])
+    with caplog.at_level(logging.WARNING):
+        verifier = build_verifier("fast", [model], dictionary, DecodingOptions())
+    assert isinstance(verifier, FairseqVerifier)
+    assert f"--verifier fast does not reproduce models with {flag}: decoding on the fairseq path" in caplog.text
+    actual, _ = plugin("greedy", [model], dictionary, collated, max_len_b=15)
+    assert_same_hypotheses(fairseq_beam_one([model], dictionary, collated, max_len_b=15), actual)
+
+
+def test_unknown_verifier_is_refused():
+    dictionary = make_dictionary(20)
+    with pytest.raises(ValueError, match="unknown --verifier 'slow' \\(fast or fairseq\\)"):
+        build_verifier("slow", [build_transformer(dictionary)], dictionary, DecodingOptions())
+
+
+def test_refresh_weights_follows_weights_changed_in_place():
+    """``--eval-bleu`` builds the generator once; training then changes the weights in place."""
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=8, layers=2, eos_bias=0.5)
+    collated = make_batch(dictionary, [[4, 5, 6, 7], [8, 9], [10]])
+    generator = build_generator("greedy", [model], dictionary,
+                                argparse.Namespace(max_len_b=20), DecodingConfig(verifier="fast"))
+    before = generator.generate([model], collated)
+    with torch.no_grad():
+        for parameter in model.decoder.parameters():
+            parameter.mul_(1.5)
+    expected = fairseq_beam_one([model], dictionary, collated, max_len_b=20)
+    assert [h[0]["tokens"].tolist() for h in before] != [h[0]["tokens"].tolist() for h in expected]
+    generator.refresh_weights()
+    assert_same_hypotheses(expected, generator.generate([model], collated))
