@@ -6,6 +6,7 @@ import time
 import pytest
 import torch
 
+from pardec_fairseq.cli import ctranslate2_baseline
 from pardec_fairseq.cli.bench import (algorithm_variant, build_runs, edit_ratio, load_task_and_models, main,
                                       parse_args)
 from pardec_fairseq.cli.module_profile import PARTS, ModuleProfile
@@ -30,6 +31,37 @@ def test_bench_reports_every_generator(toy_experiment, tmp_path, capsys):
     assert (tmp_path / "toy.png").stat().st_size > 0
     table = (tmp_path / "toy.md").read_text()
     assert "| greedy |" in table and "BLEU signature" in capsys.readouterr().out
+
+
+def test_bench_runs_every_generator_at_each_thread_count_beside_ctranslate2(toy_experiment, tmp_path):
+    root = toy_experiment["root"]
+    main([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
+          "--algorithms", "greedy", "greedy:verifier=fairseq", "--max-sentences", "12", "--batch-size", "4",
+          "--repetitions", "1", "--threads", "2", "1", "--ctranslate2", "--references", str(root / "test.tgt"),
+          "--detok", "space", "--out-dir", str(tmp_path), "--name", "t"])
+    report = json.loads((tmp_path / "t.json").read_text())
+    rows = {row["algorithm"]: row for row in report["results"]}
+    generators = ["fairseq-greedy", "fairseq-beam5", "greedy", "greedy:verifier=fairseq", "ct2-float32", "ct2-int8"]
+    assert set(rows) == {f"{name} @{threads}t" for name in generators for threads in (2, 1)}
+    assert report["meta"]["ctranslate2_note"] is None
+    # CTranslate2's float32 greedy search is fairseq's, token for token, under the same length rules
+    assert rows["ct2-float32 @1t"]["identical_to_greedy"] == rows["ct2-float32 @2t"]["identical_to_greedy"] == 1.0
+    assert rows["greedy @1t"]["identical_to_greedy"] == rows["greedy:verifier=fairseq @2t"]["identical_to_greedy"] == 1
+    for row in rows.values():
+        assert row["ms_per_token"] == pytest.approx(1000 * row["seconds"] / row["tokens"])
+    # the baselines at their fastest thread count
+    fastest_greedy = min(rows["fairseq-greedy @1t"]["seconds"], rows["fairseq-greedy @2t"]["seconds"])
+    assert max(rows["fairseq-greedy @1t"]["speedup_vs_greedy"], rows["fairseq-greedy @2t"]["speedup_vs_greedy"]) == 1.0
+    assert rows["greedy @1t"]["speedup_vs_greedy"] == pytest.approx(fastest_greedy / rows["greedy @1t"]["seconds"])
+    assert "@Nt`: the row ran with N CPU threads" in (tmp_path / "t.md").read_text()
+
+
+def test_bench_notes_a_checkpoint_ctranslate2_cannot_convert(toy_experiment, tmp_path):
+    root = toy_experiment["root"]
+    broken = tmp_path / "not_a_checkpoint.pt"
+    broken.write_bytes(b"")
+    note = ctranslate2_baseline.convert(broken, toy_experiment["data"], "src", "tgt", tmp_path / "ct2")
+    assert note.startswith("CTranslate2 ") and "could not convert" in note and "\n" not in note
 
 
 def test_bench_reports_speedup_by_edit_ratio_at_batch_size_one(toy_experiment, tmp_path):

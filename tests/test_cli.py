@@ -31,7 +31,8 @@ def fairseq_beam_one(toy_experiment):
 @pytest.mark.parametrize("algorithm, batch_size, options", [
     ("greedy", 50, ()), ("greedy", 8, ()), ("greedy", 1, ()), ("iad", 50, ()), ("iad", 1, ()),
     ("iad", 50, ("--iad-pass-tokens", 0)), ("jacobi", 16, ()), ("gs-jacobi", 50, ()), ("gs-jacobi", 1, ()),
-    ("hybrid-jacobi", 7, ())])
+    ("hybrid-jacobi", 7, ()), ("greedy", 16, ("--verifier", "fairseq")), ("iad", 1, ("--verifier", "fairseq")),
+    ("gs-jacobi", 16, ("--verifier", "fairseq"))])
 def test_generate_equals_beam_one_on_every_sentence(toy_experiment, fairseq_beam_one, algorithm, batch_size,
                                                     options, tmp_path):
     stats_path = tmp_path / "stats.json"
@@ -96,6 +97,21 @@ def test_eval_bleu_uses_the_plugin_generator_and_its_checkpoint_resumes(toy_expe
     resumed = run_fairseq("train", *common, "--max-update", 4,
                           "--restore-file", tmp_path / "checkpoint_best.pt")
     assert "Loaded checkpoint" in resumed and "(epoch 1 @ 2 updates)" in resumed
+
+
+def test_eval_bleu_of_the_fast_path_follows_the_weights_training_changes(toy_experiment, tmp_path):
+    """--eval-bleu builds its generator once: the fast path must re-lay the weights at each validation,
+    so both verifier paths report the same BLEU after every update."""
+    bleu = {}
+    for verifier in ("fast", "fairseq"):
+        log = run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
+                          "--gen-algo", "greedy", "--verifier", verifier, "--eval-bleu",
+                          "--eval-bleu-args", '{"max_len_b": 10}', "--save-dir", tmp_path / verifier,
+                          *TINY_TRANSFORMER, "--validate-interval-updates", 1, "--max-update", 6,
+                          "--no-save", "--lr", 0.02)
+        bleu[verifier] = re.findall(r"\| bleu ([\d.]+)", log)
+    assert len(bleu["fast"]) >= 6 and len(set(bleu["fast"])) > 1  # the weights changed what it decodes
+    assert bleu["fast"] == bleu["fairseq"]
 
 
 def test_relaxed_acceptance_flags_reach_the_generator(toy_experiment, tmp_path):

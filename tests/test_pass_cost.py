@@ -6,14 +6,22 @@ import pytest
 from pardec_fairseq.cli.pass_cost import main
 
 
-def test_pass_cost_reports_every_width_relative_to_one_token(toy_experiment, capsys):
+PATH_COLUMNS = r" [\d.]+ \| ([\d.]+)x \| [\d.]+ \| ([\d.]+)x \|"
+
+
+@pytest.mark.parametrize("verifiers", [[], ["fairseq"]])
+def test_pass_cost_reports_every_width_of_each_path_relative_to_one_token(toy_experiment, capsys, verifiers):
     main([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
-          "--sentences", "3", "--tokens", "2", "8", "--prefix", "4", "--repeats", "2"])
+          "--sentences", "3", "--tokens", "2", "8", "--prefix", "4", "--repeats", "2",
+          *(["--verifiers", *verifiers] if verifiers else [])])
     output = capsys.readouterr().out
-    assert "3 sentences of `test`, 4 tokens cached; encoder:" in output
-    rows = re.findall(r"^\| (\d+) \| [\d.]+ \| ([\d.]+)x \| [\d.]+ \| ([\d.]+)x \|$", output, re.M)
-    assert [int(n) for n, _, _ in rows] == [1, 2, 8]
-    assert rows[0][1:] == ("1.00", "1.00")
+    paths = verifiers or ["fast", "fairseq"]  # the default: the fast path beside the fairseq path
+    assert "3 sentences of `test`, 4 tokens cached; encoder ms per sentence: " in output
+    header = next(line for line in output.splitlines() if line.startswith("| new tokens"))
+    assert re.findall(r"\| (\w+): layers ms", header) == paths
+    rows = re.findall(r"^\| (\d+) \|" + PATH_COLUMNS * len(paths) + "$", output, re.M)
+    assert [int(row[0]) for row in rows] == [1, 2, 8]
+    assert rows[0][1:] == ("1.00",) * 2 * len(paths)
 
 
 def test_pass_cost_refuses_widths_beyond_the_model_positions(toy_experiment):

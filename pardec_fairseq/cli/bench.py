@@ -2,9 +2,12 @@
 
 Every generator decodes the same batches of the same model. Repetitions are interleaved batch by
 batch, with the order of the generators rotated, so that machine noise hits all of them alike.
-Reported per generator: BLEU (sacrebleu on de-BPE'd, detokenized text, with its signature), the
-share of outputs identical to fairseq greedy, verifier iterations, tokens per iteration,
-sentences per second and wall-clock ratios against fairseq greedy and beam search.
+With several ``--threads`` every generator runs at each thread count (a row each). With
+``--ctranslate2`` the checkpoint is converted and CTranslate2's greedy search runs beside them in
+float32 and int8. Reported per row: BLEU (sacrebleu on de-BPE'd, detokenized text, with its
+signature), the share of outputs identical to fairseq greedy, verifier iterations, tokens per
+iteration, sentences per second, milliseconds per output token and wall-clock ratios against
+fairseq greedy and beam search, each at its fastest thread count.
 """
 import argparse
 import ast
@@ -30,6 +33,7 @@ from fairseq import checkpoint_utils, utils
 from fairseq.data import encoders
 from fairseq.sequence_generator import SequenceGenerator
 
+from pardec_fairseq.cli import ctranslate2_baseline
 from pardec_fairseq.cli.module_profile import PARTS, ModuleProfile
 from pardec_fairseq.decoding import ALGORITHMS, build_generator
 from pardec_fairseq.decoding.config import DecodingConfig, decoding_config
@@ -112,7 +116,13 @@ def parse_args(argv=None):
                         help="after the timed passes, one more pass per plugin algorithm that reports where its "
                         "time goes: drafter, verifier layers, vocabulary projection, acceptance, engine")
     parser.add_argument("--cpu", action="store_true", help="decode on the CPU even if a GPU is present")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--threads", type=int, nargs="+", default=None,
+                        help="CPU threads: every generator runs at each of these counts, a row each "
+                        "(default: torch's count)")
+    parser.add_argument("--ctranslate2", action="store_true",
+                        help="also convert the checkpoint with CTranslate2's fairseq converter and run its greedy "
+                        "search in float32 and int8 (rows ct2-float32, ct2-int8) at each thread count and at 1 "
+                        "thread; a checkpoint it cannot convert gets a note instead")
     parser.add_argument("--out-dir", default="bench_results", help="where the .md, .json and .png go")
     parser.add_argument("--name", default="bench", help="file name stem of the outputs")
     args = parser.parse_args(argv)
@@ -126,6 +136,10 @@ def parse_args(argv=None):
         parser.error("--edit-ratio compares per-sentence timings: use it with --batch-size 1")
     if args.gec and not args.sources:
         parser.error("--gec needs --sources (GLEU compares the output with the source and the references)")
+    if args.threads and min(args.threads) < 1:
+        parser.error("--threads: thread counts are 1 or more")
+    if args.threads and len(set(args.threads)) < len(args.threads):
+        parser.error("--threads: each thread count can be given once")
     return args
 
 
@@ -136,6 +150,7 @@ class Run:
     name: str
     generator: object
     plugin: bool
+    threads: Optional[int] = None  # torch CPU threads while this generator runs (None: leave as is)
     batch_seconds: List[List[float]] = field(default_factory=list)  # [batch][repetition]
     tokens: Dict[int, List[int]] = field(default_factory=dict)  # sentence id -> output tokens
     stats: Optional[DecodingStats] = None  # plugin generators: the first timed repetition
@@ -179,7 +194,18 @@ def make_batches(task, models, args, device):
     return [utils.move_to_cuda(batch, device) for batch in batches] if device.type == "cuda" else batches
 
 
-def build_runs(task, models, args):
+def thread_name(name, threads, thread_counts):
+    """A row's name: the generator's, with its thread count when it runs at several."""
+    return f"{name} @{threads}t" if len(thread_counts) > 1 else name
+
+
+def base_name(row_name):
+    """The generator of a row (its name without the thread count)."""
+    return row_name.split(" @")[0]
+
+
+def build_runs(task, models, args, ctranslate2_dir=None):
+    """Every generator at every thread count; fairseq greedy and beam search first."""
     tgt_dict = task.target_dictionary
     generation = Namespace(max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=1, unkpen=0.0,
                            lenpen=1.0, temperature=1.0)
@@ -188,13 +214,26 @@ def build_runs(task, models, args):
         return SequenceGenerator(models, tgt_dict, beam_size=beam, max_len_a=args.max_len_a,
                                  max_len_b=args.max_len_b)
 
-    runs = [Run(FAIRSEQ_GREEDY, fairseq_search(1), plugin=False),
-            Run(fairseq_beam_name(args.beam), fairseq_search(args.beam), plugin=False)]
+    thread_counts = args.threads or [None]
+    runs = []
+    for name, build in ((FAIRSEQ_GREEDY, lambda: fairseq_search(1)),
+                        (fairseq_beam_name(args.beam), lambda: fairseq_search(args.beam))):
+        runs += [Run(thread_name(name, threads, thread_counts), build(), plugin=False, threads=threads)
+                 for threads in thread_counts]
     for spec, (algorithm, overrides) in zip(args.algorithms, args.variants):
         cfg = dataclasses.replace(decoding_config(task.cfg), **{"drafter_path": args.drafter_path, **overrides})
-        runs.append(Run(spec, build_generator(algorithm, models, tgt_dict, generation, cfg,
-                                              src_dict=task.source_dictionary),
-                        plugin=True))
+        for threads in thread_counts:
+            generator = build_generator(algorithm, models, tgt_dict, generation, cfg, src_dict=task.source_dictionary)
+            runs.append(Run(thread_name(spec, threads, thread_counts), generator, plugin=True, threads=threads))
+    if ctranslate2_dir is not None:
+        max_positions = min(model.max_decoder_positions() for model in models)
+        ct2_threads = sorted({*(t or torch.get_num_threads() for t in thread_counts), 1}, reverse=True)
+        for compute_type in ("float32", "int8"):
+            for threads in ct2_threads:
+                generator = ctranslate2_baseline.CTranslate2Greedy(
+                    ctranslate2_dir, compute_type, threads, task.source_dictionary, tgt_dict, args.max_len_a,
+                    args.max_len_b, max_positions)
+                runs.append(Run(thread_name(f"ct2-{compute_type}", threads, ct2_threads), generator, plugin=False))
     return runs
 
 
@@ -202,6 +241,8 @@ def decode_all(runs, models, batches, repetitions, device):
     """Time every generator on every batch, interleaved, rotating which generator goes first.
     Outputs and plugin statistics are kept from the first timed repetition."""
     for run in runs:  # warm-up: first calls allocate caches and select kernels
+        if run.threads is not None:
+            torch.set_num_threads(run.threads)
         run.generator.generate(models, batches[0])
     for run in runs:
         run.batch_seconds = [[] for _ in batches]
@@ -214,6 +255,8 @@ def decode_all(runs, models, batches, repetitions, device):
         for b, batch in enumerate(batches):
             shift = (b + repetition) % len(runs)
             for run in runs[shift:] + runs[:shift]:
+                if run.threads is not None:
+                    torch.set_num_threads(run.threads)
                 synchronize(device)
                 start = time.perf_counter()
                 hypos = run.generator.generate(models, batch)
@@ -230,6 +273,8 @@ def profile_modules(runs, models, batches, device):
     profiles = {}
     for run in runs:
         if run.plugin:
+            if run.threads is not None:
+                torch.set_num_threads(run.threads)
             run.generator.restart_stats()
             profile = ModuleProfile(device)
             with profile.installed(run.generator):
@@ -282,7 +327,7 @@ def iteration_counts(run, n_tokens):
     """Verifier passes: counted by the plugin's engine; for fairseq greedy one pass per token."""
     if run.plugin:
         return {"iterations": run.stats.iterations, "mean_accepted": run.stats.mean_accepted}
-    if run.name == FAIRSEQ_GREEDY:
+    if base_name(run.name) == FAIRSEQ_GREEDY:
         return {"iterations": n_tokens, "mean_accepted": 1.0}
     return {"iterations": None, "mean_accepted": None}
 
@@ -296,11 +341,13 @@ def summarize(runs, args, tgt_dict):
     references = [[ref[i] for i in ids] for ref in references]
     sources = [read_lines(args.sources)[i] for i in ids] if args.sources else None
     detok = detokenizer(args)
-    by_name = {run.name: run for run in runs}
-    greedy, beam = by_name[FAIRSEQ_GREEDY], by_name[fairseq_beam_name(args.beam)]
-
     def batch_means(run):
         return np.mean(run.batch_seconds, axis=1)
+
+    def fastest(name):  # a baseline at its best thread count
+        return min((run for run in runs if base_name(run.name) == name), key=lambda run: batch_means(run).sum())
+
+    greedy, beam = fastest(FAIRSEQ_GREEDY), fastest(fairseq_beam_name(args.beam))
 
     rows = []
     for run in runs:
@@ -316,6 +363,7 @@ def summarize(runs, args, tgt_dict):
             "tokens": sum(len(run.tokens[i]) for i in ids),
             "seconds": seconds,
             "sentences_per_second": len(ids) / seconds,
+            "ms_per_token": 1000 * seconds / sum(len(run.tokens[i]) for i in ids),
             "speedup_vs_greedy": float(batch_means(greedy).sum()) / seconds,
             "speedup_vs_beam": float(batch_means(beam).sum()) / seconds,
             "per_batch_speedup_vs_greedy": (batch_means(greedy) / batch_means(run)).tolist(),
@@ -352,8 +400,8 @@ def markdown_table(rows, args, meta):
         f"`{meta['subset']}`, batch size {args.batch_size}, {args.repetitions} interleaved repetitions.",
         "",
         f"| algorithm | BLEU |{gleu} identical to greedy | iterations | tokens / iteration | sentences / s "
-        f"| speedup vs greedy | speedup vs {beam} |",
-        "|---|---:|" + ("---:|" if args.gec else "") + "---:|---:|---:|---:|---:|---:|",
+        f"| ms / token | speedup vs greedy | speedup vs {beam} |",
+        "|---|---:|" + ("---:|" if args.gec else "") + "---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         iterations = "–" if row["iterations"] is None else str(row["iterations"])
@@ -361,9 +409,14 @@ def markdown_table(rows, args, meta):
         gleu_cell = f" {row['gleu']:.2f} |" if args.gec else ""
         lines.append(
             f"| {row['algorithm']} | {row['bleu']:.2f} |{gleu_cell} {100 * row['identical_to_greedy']:.1f}% "
-            f"| {iterations} | {accepted} | {row['sentences_per_second']:.2f} "
+            f"| {iterations} | {accepted} | {row['sentences_per_second']:.2f} | {row['ms_per_token']:.2f} "
             f"| {row['speedup_vs_greedy']:.2f}x | {row['speedup_vs_beam']:.2f}x |")
     lines += ["", f"BLEU signature: `{rows[0]['bleu_signature']}`"]
+    if len({base_name(row["algorithm"]) for row in rows}) < len(rows):
+        lines += ["", "`@Nt`: the row ran with N CPU threads; speedups are against fairseq greedy and beam search "
+                  "each at its fastest thread count."]
+    if meta.get("ctranslate2_note"):
+        lines += ["", f"No CTranslate2 rows: {meta['ctranslate2_note']}"]
     return "\n".join(lines) + "\n"
 
 
@@ -404,7 +457,7 @@ def speedup_by_edit_ratio(runs, batches, rows, pad, bins=(0.0, 0.1, 0.2, 0.3, 0.
     """At batch size 1, each plugin algorithm's mean speedup over fairseq greedy per bin of how
     much the greedy output edits the source (Ge et al., Figure 5). Sources and outputs are
     compared as token ids, so the dictionary must be joined."""
-    greedy = next(run for run in runs if run.name == FAIRSEQ_GREEDY)
+    greedy = next(run for run in runs if base_name(run.name) == FAIRSEQ_GREEDY)
     ratios = np.array([
         edit_ratio([t for t in batch["net_input"]["src_tokens"][0].tolist() if t != pad],
                    greedy.tokens[batch["id"][0].item()])
@@ -416,7 +469,7 @@ def speedup_by_edit_ratio(runs, batches, rows, pad, bins=(0.0, 0.1, 0.2, 0.3, 0.
             continue
         entry = {"edit_ratio": f"[{low:g}, {high:g})", "sentences": int(in_bin.sum())}
         for row in rows:
-            if row["algorithm"] != FAIRSEQ_GREEDY:
+            if base_name(row["algorithm"]) != FAIRSEQ_GREEDY:
                 entry[row["algorithm"]] = float(np.mean(np.array(row["per_batch_speedup_vs_greedy"])[in_bin]))
         table.append(entry)
     return ratios, table
@@ -459,19 +512,28 @@ def main(argv=None):
                         force=True)
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     if args.threads:
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(max(args.threads))
     device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")
     torch.manual_seed(0)
     task, models = load_task_and_models(args, device)
     batches = make_batches(task, models, args, device)
-    runs = build_runs(task, models, args)
-    with torch.no_grad():
-        decode_all(runs, models, batches, args.repetitions, device)
-        profiles = profile_modules(runs, models, batches, device) if args.profile else None
+    ctranslate2_note = None
+    with tempfile.TemporaryDirectory() as converted:
+        if args.ctranslate2:
+            ctranslate2_note = ctranslate2_baseline.convert(args.path, args.data, args.source_lang, args.target_lang,
+                                                            converted)
+            if ctranslate2_note:
+                logger.warning(ctranslate2_note)
+        runs = build_runs(task, models, args, converted if args.ctranslate2 and not ctranslate2_note else None)
+        with torch.no_grad():
+            decode_all(runs, models, batches, args.repetitions, device)
+            profiles = profile_modules(runs, models, batches, device) if args.profile else None
     rows = summarize(runs, args, task.target_dictionary)
     meta = {
         "date": time.strftime("%Y-%m-%d"),
-        "hardware": hardware(device),
+        "hardware": hardware(device) if not args.threads or len(args.threads) == 1 else
+        f"{cpu_name()} ({os.cpu_count()} cores), {' and '.join(map(str, args.threads))} threads",
+        "ctranslate2_note": ctranslate2_note,
         "torch": torch.__version__,
         "checkpoint": args.path,
         "subset": args.subset,

@@ -1,9 +1,10 @@
 """What one verifier pass costs as it scores more new tokens: the bound on every algorithm here.
 
-For each of the first sentences of a split (batch size 1) it runs the encoder, caches a prefix of
-``--prefix`` tokens, then times passes that score n new tokens on top of it and rolls them back.
-Reported per n: the median time of the decoder layers alone and with the projection of all n
-positions onto the vocabulary, each also relative to a one-token pass. With every drafted token
+For each of the first sentences of a split (batch size 1) and each verifier path (``--verifiers``,
+default the fast path beside the fairseq path) it runs the encoder, caches a prefix of ``--prefix``
+tokens, then times passes that score n new tokens on top of it and rolls them back. Reported per n
+and path: the median time of the decoder layers alone and with the projection of all n positions
+onto the vocabulary, each also relative to that path's one-token pass. With every drafted token
 accepted an algorithm can be at most (n / relative cost) times faster than greedy decoding, less
 the encoder's share, which no algorithm here shortens.
 """
@@ -15,7 +16,7 @@ import torch
 
 from pardec_fairseq.cli.bench import hardware, load_task_and_models, model_and_data_parser
 from pardec_fairseq.decoding.options import DecodingOptions
-from pardec_fairseq.decoding.verifier import Verifier
+from pardec_fairseq.decoding.registry import build_verifier
 
 
 def time_pass(verifier, cache, tokens, first_index, max_len, project):
@@ -34,7 +35,7 @@ def measure(verifier, samples, token_counts, prefix, repeats):
     max_len = prefix + max(token_counts) + 1
     for sample in samples:
         start = time.perf_counter()
-        cache = verifier.start(sample["net_input"])
+        cache = verifier.start(sample["net_input"], max_len)
         encoder.append(time.perf_counter() - start)
         source = sample["net_input"]["src_tokens"]
         filler = source[:, -1:].expand(1, prefix + max(token_counts))  # any tokens: only the cost matters
@@ -57,6 +58,8 @@ def parse_args(argv=None):
     parser.add_argument("--prefix", type=int, default=10, help="tokens already in the cache")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per sentence and n")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--verifiers", nargs="+", default=["fast", "fairseq"], choices=["fast", "fairseq"],
+                        help="verifier paths to time (--verifier of the task)")
     return parser.parse_args(argv)
 
 
@@ -72,21 +75,31 @@ def main(argv=None):
     dataset = task.dataset(args.subset)
     samples = [dataset.collater([dataset[i]]) for i in range(min(args.sentences, len(dataset)))]
     options = DecodingOptions.from_generation_args(Namespace(), "pass-cost")
-    verifier = Verifier(models, task.target_dictionary, options)
-    if args.prefix + max(args.tokens) >= verifier.max_decoder_positions():
+    verifiers = {kind: build_verifier(kind, models, task.target_dictionary, options) for kind in args.verifiers}
+    positions = next(iter(verifiers.values())).max_decoder_positions()
+    if args.prefix + max(args.tokens) >= positions:
         raise SystemExit(f"error: --prefix {args.prefix} plus {max(args.tokens)} tokens exceed the model's "
-                         f"{verifier.max_decoder_positions()} target positions")
+                         f"{positions} target positions")
+    token_counts = sorted(set(args.tokens))
     with torch.no_grad():
-        encoder, layers, projected = measure(verifier, samples, sorted(set(args.tokens)), args.prefix, args.repeats)
+        measured = {kind: measure(verifier, samples, token_counts, args.prefix, args.repeats)
+                    for kind, verifier in verifiers.items()}
+    encoders = ", ".join(f"{kind} {1000 * encoder:.2f}" for kind, (encoder, _, _) in measured.items())
     print(f"Verifier pass cost on {hardware(device)}, {len(samples)} sentences of `{args.subset}`, "
-          f"{args.prefix} tokens cached; encoder: {1000 * encoder:.2f} ms per sentence")
+          f"{args.prefix} tokens cached; encoder ms per sentence: {encoders}")
     print()
-    print("| new tokens | layers ms | layers vs 1 token | with projection ms | with projection vs 1 token |")
-    print("|---:|---:|---:|---:|---:|")
-    for n in sorted(layers):
-        print(f"| {n} | {1000 * layers[n]:.2f} | {layers[n] / layers[1]:.2f}x | {1000 * projected[n]:.2f} "
-              f"| {projected[n] / projected[1]:.2f}x |")
-
+    header = "| new tokens |"
+    for kind in measured:
+        header += (f" {kind}: layers ms | {kind}: layers vs 1 token | {kind}: with projection ms "
+                   f"| {kind}: with projection vs 1 token |")
+    print(header)
+    print("|---:|" + "---:|---:|---:|---:|" * len(measured))
+    for n in token_counts:
+        row = f"| {n} |"
+        for _, layers, projected in measured.values():
+            row += (f" {1000 * layers[n]:.2f} | {layers[n] / layers[1]:.2f}x | {1000 * projected[n]:.2f} "
+                    f"| {projected[n] / projected[1]:.2f}x |")
+        print(row)
 
 if __name__ == "__main__":
     main()
