@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pardec_fairseq.decoding.acceptance import (ExactAcceptance, RelaxedAcceptance, build_acceptance,
+from pardec_fairseq.decoding.acceptance import (ExactAcceptance, RelaxedAcceptance, build_acceptance, fairseq_top_one,
                                                 in_top_beta_within_tau, in_top_k, within_distance)
 from pardec_fairseq.decoding.config import DecodingConfig
 from pardec_fairseq.decoding.drafters import Drafter
@@ -61,8 +61,8 @@ class FixedScores:
 def run_engine(models, dictionary, batch, drafter, acceptance, **generation):
     options = DecodingOptions(**generation)
     verifier = build_verifier("fast", models, dictionary, options)
-    generator = ParallelDecodingGenerator("test", DraftVerifyDecoder(verifier, drafter, acceptance, dictionary, options),
-                                          dictionary, options)
+    decoder = DraftVerifyDecoder(verifier, drafter, acceptance, dictionary, options)
+    generator = ParallelDecodingGenerator("test", decoder, dictionary, options)
     return generator.generate(models, batch), generator.stats
 
 
@@ -272,3 +272,15 @@ def test_statistics_count_drafted_and_accepted_tokens():
     assert sentence.drafted >= sentence.accepted_drafts >= 0
     assert sentence.hyp_len - sentence.accepted_drafts in (sentence.iterations, sentence.iterations - 1)
     assert 0.0 <= stats.to_dict()["draft_acceptance"] <= 1.0
+
+
+def test_fairseq_top_one_is_the_first_of_fairseqs_topk_with_and_without_ties():
+    generator = torch.Generator().manual_seed(0)
+    unique = torch.randn(3, 4, 50, generator=generator)
+    tied = unique.clone()
+    tied[1, 2, [7, 30, 41]] = tied[1, 2].max() + 1.0  # three best tokens share the score
+    tied[2, :, :] = -math.inf  # every token forbidden
+    for scores in (unique, tied):
+        values, indices = fairseq_top_one(scores)
+        top = torch.topk(scores, k=2)
+        assert torch.equal(indices, top.indices[..., 0]) and torch.equal(values, top.values[..., 0])

@@ -15,6 +15,17 @@ def drafted_mask(proposal: Proposal):
     return torch.arange(proposal.tokens.size(1), device=proposal.tokens.device) < proposal.lengths.unsqueeze(1)
 
 
+def fairseq_top_one(scores):
+    """The best score and token over the last dimension, as fairseq's beam search with beam 1 picks
+    them: the first of ``topk(k=2)``. ``max`` finds the same one whenever the best score is unique
+    and costs a fraction of ``topk`` over a vocabulary (5 us against 70 on a CPU); ties go to ``topk``."""
+    values, indices = scores.max(-1)
+    if bool(scores.eq(values.unsqueeze(-1)).sum(-1).gt(1).any()):
+        values, indices = torch.topk(scores, k=min(2, scores.size(-1) - 1))
+        values, indices = values[..., 0], indices[..., 0]
+    return values, indices
+
+
 class ExactAcceptance:
     """Keep drafted tokens while they equal the verifier's greedy choice (lossless).
 
@@ -48,11 +59,10 @@ class ExactAcceptance:
             before = [running]  # fairseq's score before each position if the draft so far is kept
             for j in range(lprobs.size(1) - 1):
                 before.append(before[-1] + draft_lprobs[:, j])
-            top_scores, top_tokens = torch.topk(lprobs + torch.stack(before, 1).unsqueeze(2),
-                                                k=min(2, lprobs.size(2) - 1))
-            tokens[active, start:stop] = top_tokens[:, :, 0]
-            cumulative[active, start:stop] = top_scores[:, :, 0]
-            match = drafted[active, start:start + draft.size(1)] & top_tokens[:, :draft.size(1), 0].eq(draft)
+            top_scores, top_tokens = fairseq_top_one(lprobs + torch.stack(before, 1).unsqueeze(2))
+            tokens[active, start:stop] = top_tokens
+            cumulative[active, start:stop] = top_scores
+            match = drafted[active, start:start + draft.size(1)] & top_tokens[:, :draft.size(1)].eq(draft)
             kept = match.long().cumprod(1).sum(1)
             accepted[active] += kept
             if stop == n:
@@ -60,7 +70,7 @@ class ExactAcceptance:
             going_on = kept.eq(stop - start)
             if not bool(going_on.any()):
                 break
-            active, running = active[going_on], top_scores[going_on, -1, 0]
+            active, running = active[going_on], top_scores[going_on, -1]
             start, stop = stop, min(n, 2 * stop)
         return Verdict(accepted=accepted, tokens=tokens, cumulative=cumulative)
 

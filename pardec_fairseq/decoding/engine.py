@@ -130,6 +130,8 @@ class DraftVerifyDecoder:
     @staticmethod
     def _within_length_limit(proposal: Proposal, state: DecodingState, max_len) -> Proposal:
         """Drafts never reach past the last output position fairseq allows."""
+        if proposal.tokens.size(1) == 0:
+            return proposal
         lengths = torch.minimum(proposal.lengths, max_len - state.lengths)
         k = int(lengths.max())
         return Proposal(tokens=proposal.tokens[:, :k], lengths=lengths)
