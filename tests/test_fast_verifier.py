@@ -111,11 +111,28 @@ def test_fast_pass_scores_equal_the_fairseq_pass_over_uneven_rows(seed, rows, da
     torch.testing.assert_close(fast_lprobs, reference_lprobs, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("option, flag", [("scale_attn", "--scale-attn"), ("scale_fc", "--scale-fc"),
-                                          ("scale_heads", "--scale-heads"), ("scale_resids", "--scale-resids")])
-def test_options_the_fast_path_does_not_reproduce_decode_on_the_fairseq_path(option, flag, caplog):
+class ScaledEmbedding(torch.nn.Module):
+    """Token embeddings that are not an ``nn.Embedding`` (as a subclass's decoder may bring)."""
+
+    def __init__(self, embedding):
+        super().__init__()
+        self.embedding, self.embedding_dim, self.padding_idx = embedding, embedding.embedding_dim, embedding.padding_idx
+
+    def forward(self, tokens):
+        return 0.5 * self.embedding(tokens)
+
+
+@pytest.mark.parametrize("option, value, flag", [
+    ("scale_attn", True, "--scale-attn"), ("scale_fc", True, "--scale-fc"), ("scale_heads", True, "--scale-heads"),
+    ("scale_resids", True, "--scale-resids"), ("quant_noise_pq", 0.1, "quant-noise"),
+    ("embed_tokens", ScaledEmbedding, "ScaledEmbedding token embeddings")])
+def test_options_the_fast_path_does_not_reproduce_decode_on_the_fairseq_path(option, value, flag, caplog):
     dictionary = make_dictionary(20)
-    model = build_transformer(dictionary, seed=4, eos_bias=1.0, **{option: True})
+    if option == "embed_tokens":
+        model = build_transformer(dictionary, seed=4, eos_bias=1.0, share_all_embeddings=False)
+        model.decoder.embed_tokens = value(model.decoder.embed_tokens)
+    else:
+        model = build_transformer(dictionary, seed=4, eos_bias=1.0, **{option: value})
     collated = make_batch(dictionary, [[4, 5, 6], [7, 8]])
     with caplog.at_level(logging.WARNING):
         verifier = build_verifier("fast", [model], dictionary, DecodingOptions())
