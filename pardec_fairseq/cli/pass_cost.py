@@ -1,9 +1,9 @@
 """What one verifier pass costs as it scores more new tokens: the bound on every algorithm here.
 
 For each of the first sentences of a split (batch size 1) and each verifier path (``--verifiers``,
-default the fast path beside the fairseq path) it runs the encoder, caches a prefix of ``--prefix``
-tokens, then times passes that score n new tokens on top of it and rolls them back. Reported per n
-and path: the median time of the decoder layers alone and with the projection of all n positions
+default the fast path beside the fairseq path, taking turns sentence by sentence) it runs the
+encoder, caches a prefix of ``--prefix`` tokens, then times passes that score n new tokens on top of
+it and rolls them back. Reported per n and path: the median time of the decoder layers alone and with the projection of all n positions
 onto the vocabulary, each also relative to that path's one-token pass. With every drafted token
 accepted an algorithm can be at most (n / relative cost) times faster than greedy decoding, less
 the encoder's share, which no algorithm here shortens.
@@ -29,25 +29,30 @@ def time_pass(verifier, cache, tokens, first_index, max_len, project):
     return seconds
 
 
-def measure(verifier, samples, token_counts, prefix, repeats):
-    """Median seconds: encoder, and per n (layers only, layers + projection)."""
-    encoder, layers, projected = [], {n: [] for n in token_counts}, {n: [] for n in token_counts}
+def measure(verifiers, samples, token_counts, prefix, repeats):
+    """Median seconds per verifier (a dict by name): encoder, and per n (layers only, layers +
+    projection). The verifiers take turns sentence by sentence, so machine noise hits them alike."""
+    timings = {name: ([], {n: [] for n in token_counts}, {n: [] for n in token_counts}) for name in verifiers}
     max_len = prefix + max(token_counts) + 1
     for sample in samples:
-        start = time.perf_counter()
-        cache = verifier.start(sample["net_input"], max_len)
-        encoder.append(time.perf_counter() - start)
         source = sample["net_input"]["src_tokens"]
         filler = source[:, -1:].expand(1, prefix + max(token_counts))  # any tokens: only the cost matters
-        verifier.score(cache, filler[:, :prefix], torch.zeros(1, dtype=torch.long), max_len)
-        verifier.rollback(cache, torch.zeros(1, dtype=torch.long), torch.full((1,), prefix), prefix)
         first_index = torch.full((1,), prefix)
-        for _ in range(repeats):
-            for n in token_counts:
-                layers[n].append(time_pass(verifier, cache, filler[:, :n], first_index, max_len, False))
-                projected[n].append(time_pass(verifier, cache, filler[:, :n], first_index, max_len, True))
-    return (statistics.median(encoder), {n: statistics.median(v) for n, v in layers.items()},
-            {n: statistics.median(v) for n, v in projected.items()})
+        for name, verifier in verifiers.items():
+            encoder, layers, projected = timings[name]
+            with verifier.decoding():
+                start = time.perf_counter()
+                cache = verifier.start(sample["net_input"], max_len)
+                encoder.append(time.perf_counter() - start)
+                verifier.score(cache, filler[:, :prefix], torch.zeros(1, dtype=torch.long), max_len)
+                verifier.rollback(cache, torch.zeros(1, dtype=torch.long), first_index, prefix)
+                for _ in range(repeats):
+                    for n in token_counts:
+                        layers[n].append(time_pass(verifier, cache, filler[:, :n], first_index, max_len, False))
+                        projected[n].append(time_pass(verifier, cache, filler[:, :n], first_index, max_len, True))
+    return {name: (statistics.median(encoder), {n: statistics.median(v) for n, v in layers.items()},
+                   {n: statistics.median(v) for n, v in projected.items()})
+            for name, (encoder, layers, projected) in timings.items()}
 
 
 def parse_args(argv=None):
@@ -82,8 +87,7 @@ def main(argv=None):
                          f"{positions} target positions")
     token_counts = sorted(set(args.tokens))
     with torch.no_grad():
-        measured = {kind: measure(verifier, samples, token_counts, args.prefix, args.repeats)
-                    for kind, verifier in verifiers.items()}
+        measured = measure(verifiers, samples, token_counts, args.prefix, args.repeats)
     encoders = ", ".join(f"{kind} {1000 * encoder:.2f}" for kind, (encoder, _, _) in measured.items())
     print(f"Verifier pass cost on {hardware(device)}, {len(samples)} sentences of `{args.subset}`, "
           f"{args.prefix} tokens cached; encoder ms per sentence: {encoders}")
