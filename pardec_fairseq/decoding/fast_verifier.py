@@ -6,8 +6,9 @@ arithmetic, yet fairseq's modules spend more time in Python, ``nn.Module`` calls
 allocations than in the matrix products (issue 13: 5.5 ms per token through fairseq against 2.3 ms
 for a plain step). Here each decoder's weights are re-laid once per generator (again when
 ``refresh`` is called, e.g. at each validation during training): matrices ``(in, out)``-contiguous
-and applied with ``addmm``, the self-attention's q/k/v fused into one product with the query scaling
-folded into q, the encoder-attention's k/v fused and computed once per batch. The self-attention
+for the matrix library that is fastest for the product at hand (``_Product``), the self-attention's
+q/k/v fused into one product with the query scaling folded into q, the encoder-attention's k/v fused
+and computed once per batch. The self-attention
 keys and values of every layer live in a preallocated buffer ``[rows, heads, capacity, head_dim]``;
 a pass writes its new tokens at each row's own positions and each new token attends to the
 columns up to its own position, so a rejected draft needs no rollback (the next pass writes over
@@ -61,33 +62,36 @@ class _Product:
     On a CPU in float32 the library is chosen by the rows of ``x``, as measured on this project's AMD
     CPU (the 19 products of a 3-layer d-256 decoder step, one thread): one row through numpy's BLAS
     (OpenBLAS gemv, 1.1 ms against 1.4 for torch's MKL ``addmm``), several through oneDNN with the
-    weight packed once (8 rows 2.0 ms against 3.5 for OpenBLAS and 4.1 for MKL). Elsewhere ``addmm``."""
+    weight packed once (8 rows 2.0 ms against 3.5 for OpenBLAS and 4.1 for MKL), so the CPU keeps two
+    copies of the decoder's matrices. Elsewhere ``addmm``."""
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor]):
         self.weight, self.bias = weight.contiguous(), bias
-        self.numpy = weight.device.type == "cpu" and weight.dtype == torch.float32
+        self.uses_numpy = weight.device.type == "cpu" and weight.dtype == torch.float32
         self.packed = None
-        if self.numpy:
+        if self.uses_numpy:
             self.numpy_weight = self.weight.numpy()
             self.numpy_bias = None if bias is None else bias.numpy()
             if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.t().contiguous(), 8)
 
     @classmethod
-    def of(cls, linear, scale: float = 1.0) -> "_Product":
-        """A ``torch.nn.Linear``'s product, its output multiplied by ``scale``."""
-        bias = None if linear.bias is None else linear.bias.detach() * scale
-        return cls(linear.weight.detach().t() * scale, bias)
-
-    @classmethod
-    def side_by_side(cls, products: List["_Product"]) -> "_Product":
-        """One product whose output is the outputs of ``products`` one after the other."""
-        biases = [p.bias if p.bias is not None else p.weight.new_zeros(p.weight.size(1)) for p in products]
-        return cls(torch.cat([p.weight for p in products], 1), torch.cat(biases))
+    def of(cls, *linears: torch.nn.Linear, scale_first: float = 1.0) -> "_Product":
+        """The products of ``linears`` side by side (the outputs one after the other: q, k and v in one),
+        the first one's output multiplied by ``scale_first`` (the query scaling)."""
+        weights, biases = [], []
+        for i, linear in enumerate(linears):
+            scale = scale_first if i == 0 else 1.0
+            weights.append(linear.weight.detach().t() * scale)
+            biases.append(None if linear.bias is None else linear.bias.detach() * scale)
+        bias = None
+        if any(b is not None for b in biases):
+            bias = torch.cat([w.new_zeros(w.size(1)) if b is None else b for w, b in zip(weights, biases)])
+        return cls(torch.cat(weights, 1), bias)
 
     def __call__(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, x.size(-1))
-        if self.numpy and flat.size(0) == 1:
+        if self.uses_numpy and flat.size(0) == 1:
             out = flat.numpy() @ self.numpy_weight
             if self.numpy_bias is not None:
                 out += self.numpy_bias
@@ -119,15 +123,14 @@ class _Layer:
     def __init__(self, layer):
         self_attn = layer.self_attn
         self.heads, self.head_dim = self_attn.num_heads, self_attn.head_dim
-        self.qkv = _Product.side_by_side([_Product.of(self_attn.q_proj, self_attn.scaling),
-                                          _Product.of(self_attn.k_proj), _Product.of(self_attn.v_proj)])
+        self.qkv = _Product.of(self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, scale_first=self_attn.scaling)
         self.self_out = _Product.of(self_attn.out_proj)
         self.self_norm = _Norm(layer.self_attn_layer_norm, layer.normalize_before)
         self.encoder_attention = layer.encoder_attn is not None
         if self.encoder_attention:
             attn = layer.encoder_attn
-            self.enc_q = _Product.of(attn.q_proj, attn.scaling)
-            self.enc_kv = _Product.side_by_side([_Product.of(attn.k_proj), _Product.of(attn.v_proj)])
+            self.enc_q = _Product.of(attn.q_proj, scale_first=attn.scaling)
+            self.enc_kv = _Product.of(attn.k_proj, attn.v_proj)
             self.enc_out = _Product.of(attn.out_proj)
             self.enc_norm = _Norm(layer.encoder_attn_layer_norm, layer.normalize_before)
         self.fc1, self.fc2 = _Product.of(layer.fc1), _Product.of(layer.fc2)
@@ -296,7 +299,7 @@ class FastVerifier(Verifier):
         super().__init__(models, tgt_dict, options)
         self.fast_decoders = [FastDecoder(decoder) for decoder in self.decoders]
         self.openblas = None
-        if self.fast_decoders[0].layers[0].qkv.numpy:
+        if self.fast_decoders[0].layers[0].qkv.uses_numpy:
             self.openblas = ThreadpoolController().select(internal_api="openblas")
 
     def decoding(self):
