@@ -6,12 +6,9 @@ is what lets it read a fairseq checkpoint. The generator decodes the benchmark's
 under fairseq's length rules (at most ``max_len`` tokens, from the padded source width of the
 batch; no end-of-sentence before the first token), and hands back fairseq's hypothesis dicts.
 """
-import logging
 from typing import Optional
 
 import torch
-
-logger = logging.getLogger(__name__)
 
 
 def convert(checkpoint, data, source_lang, target_lang, output_dir) -> Optional[str]:
