@@ -192,14 +192,14 @@ class _Write:
     @classmethod
     def plan(cls, first_index: Tensor, n: int, capacity: int, heads: int, head_dim: int):
         rows = first_index.size(0)
-        offsets = torch.arange(n, device=first_index.device)
-        last = first_index.unsqueeze(1) + offsets  # [rows, n]: each new token's own column
-        columns = min(int(first_index.max()) + n, capacity)
-        hidden = None
-        if rows > 1 or n > 1:
-            hidden = (torch.arange(columns, device=first_index.device) > last.unsqueeze(2)).unsqueeze(1)
+        start = int(first_index.max())  # with one row, its first column
+        columns = min(start + n, capacity)
+        if rows == 1 and n == 1:  # one token sees every column
+            return cls(None, start, columns, None)
+        last = first_index.unsqueeze(1) + torch.arange(n, device=first_index.device)  # each token's own column
+        hidden = (torch.arange(columns, device=first_index.device) > last.unsqueeze(2)).unsqueeze(1)
         if rows == 1:
-            return cls(None, int(first_index[0]), columns, hidden)
+            return cls(None, start, columns, hidden)
         # filler after a row's own draft may run past the buffer: it all goes to the last column,
         # which no real token (at most output index max_len) ever attends to
         index = last.clamp(max=capacity - 1)
