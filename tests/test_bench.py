@@ -56,8 +56,7 @@ def test_bench_runs_every_generator_at_each_thread_count_beside_ctranslate2(toy_
     assert "@Nt`: the row ran with N CPU threads" in (tmp_path / "t.md").read_text()
 
 
-def test_bench_notes_a_checkpoint_ctranslate2_cannot_convert(toy_experiment, tmp_path):
-    root = toy_experiment["root"]
+def test_a_checkpoint_ctranslate2_cannot_convert_gets_a_one_line_note(toy_experiment, tmp_path):
     broken = tmp_path / "not_a_checkpoint.pt"
     broken.write_bytes(b"")
     note = ctranslate2_baseline.convert(broken, toy_experiment["data"], "src", "tgt", tmp_path / "ct2")
