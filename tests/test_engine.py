@@ -68,16 +68,18 @@ def run_engine(models, dictionary, batch, drafter, acceptance, **generation):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), block=st.integers(1, 12), noise=st.sampled_from([0.0, 0.1, 0.4]),
-       eos_bias=st.floats(-1.0, 2.0),
+       eos_bias=st.floats(-1.0, 2.0), first_chunk=st.sampled_from([1, 3, 16]),
        batch=st.lists(st.lists(st.integers(4, 23), min_size=1, max_size=10), min_size=1, max_size=6))
-def test_long_accepted_drafts_and_uneven_rows_keep_the_greedy_output(seed, block, noise, eos_bias, batch):
+def test_long_accepted_drafts_and_uneven_rows_keep_the_greedy_output(seed, block, noise, eos_bias, first_chunk,
+                                                                     batch):
+    """Drafts longer than the acceptance's first chunk (``first_chunk`` < ``block``) are ranked in chunks."""
     dictionary = make_dictionary(20)
     model = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias)
     collated = make_batch(dictionary, batch)
     expected = fairseq_beam_one([model], dictionary, collated, max_len_b=30)
     references = [h[0]["tokens"].tolist() for h in expected]
     drafter = ReferenceDrafter(references, block, noise, len(dictionary), seed)
-    actual, stats = run_engine([model], dictionary, collated, drafter, ExactAcceptance(), max_len_b=30)
+    actual, stats = run_engine([model], dictionary, collated, drafter, ExactAcceptance(first_chunk), max_len_b=30)
     assert_same_hypotheses(expected, actual)
     if noise == 0.0:  # every drafted token is right: block + 1 tokens per pass
         assert stats.iterations == sum(math.ceil(len(r) / (block + 1)) for r in references)

@@ -42,37 +42,56 @@ class ExactAcceptance:
         self.first_chunk = first_chunk
 
     def accept(self, proposal: Proposal, scores, cumulative_before) -> Verdict:
-        rows, n = proposal.tokens.size(0), proposal.tokens.size(1) + 1
+        n = proposal.tokens.size(1) + 1
+        stop = min(n, self.first_chunk)
+        top_scores, top_tokens, kept = self._rank(proposal, scores, 0, stop, None, cumulative_before)
+        if stop == n:  # one chunk: every row's positions are ranked
+            return Verdict(accepted=kept, tokens=top_tokens, cumulative=top_scores)
+        rows = proposal.tokens.size(0)
         tokens = proposal.tokens.new_zeros(rows, n)
         cumulative = cumulative_before.new_full((rows, n), -math.inf)
-        accepted = torch.zeros_like(proposal.lengths)
-        drafted = drafted_mask(proposal)
-        active = torch.arange(rows, device=drafted.device)  # rows that kept every drafted token so far
-        running = cumulative_before[active]
-        start, stop = 0, min(n, self.first_chunk)
-        while True:
-            # a row needs the positions of its drafted tokens and the one after them
-            needed = torch.arange(start, stop, device=drafted.device) <= proposal.lengths[active].unsqueeze(1)
-            lprobs = scores.span(start, stop, None if start == 0 else active, needed)  # [active, m, vocab]
-            draft = proposal.tokens[active, start:stop]  # one shorter than lprobs in the last chunk
-            draft_lprobs = lprobs[:, :draft.size(1)].gather(2, draft.unsqueeze(2)).squeeze(2)
-            before = [running]  # fairseq's score before each position if the draft so far is kept
-            for j in range(lprobs.size(1) - 1):
-                before.append(before[-1] + draft_lprobs[:, j])
-            top_scores, top_tokens = fairseq_top_one(lprobs + torch.stack(before, 1).unsqueeze(2))
-            tokens[active, start:stop] = top_tokens
-            cumulative[active, start:stop] = top_scores
-            match = drafted[active, start:start + draft.size(1)] & top_tokens[:, :draft.size(1)].eq(draft)
-            kept = match.long().cumprod(1).sum(1)
-            accepted[active] += kept
-            if stop == n:
-                break
+        tokens[:, :stop], cumulative[:, :stop], accepted = top_tokens, top_scores, kept
+        active = torch.arange(rows, device=kept.device)  # rows that kept every drafted token so far
+        start = 0
+        while stop < n:
             going_on = kept.eq(stop - start)
             if not bool(going_on.any()):
                 break
             active, running = active[going_on], top_scores[going_on, -1]
             start, stop = stop, min(n, 2 * stop)
+            top_scores, top_tokens, kept = self._rank(proposal, scores, start, stop, active, running)
+            tokens[active, start:stop] = top_tokens
+            cumulative[active, start:stop] = top_scores
+            accepted[active] += kept
         return Verdict(accepted=accepted, tokens=tokens, cumulative=cumulative)
+
+    @staticmethod
+    def _rank(proposal: Proposal, scores, start, stop, active, running):
+        """fairseq's choice at positions ``start .. stop - 1`` of the ``active`` rows (all by default)
+        if each kept its draft before them, from the running score ``running`` before ``start``;
+        returns the choices' cumulative scores and tokens ``[rows, stop - start]`` and the drafted
+        tokens kept in the span."""
+        draft = proposal.tokens[:, start:stop]  # one shorter than the span in the last chunk
+        lengths = proposal.lengths
+        if active is not None:
+            draft, lengths = draft[active], lengths[active]
+        needed = None
+        if proposal.tokens.size(1) > 0:  # a row needs the positions of its drafted tokens and the one after them
+            needed = torch.arange(start, stop, device=lengths.device) <= lengths.unsqueeze(1)
+        lprobs = scores.span(start, stop, active, needed)  # [rows, stop - start, vocab]
+        before = running.unsqueeze(1)  # fairseq's score before each position if the draft so far is kept
+        if draft.size(1) > 0:
+            draft_lprobs = lprobs[:, :draft.size(1)].gather(2, draft.unsqueeze(2)).squeeze(2)
+            steps = [running]
+            for j in range(lprobs.size(1) - 1):
+                steps.append(steps[-1] + draft_lprobs[:, j])
+            before = torch.stack(steps, 1)
+        top_scores, top_tokens = fairseq_top_one(lprobs + before.unsqueeze(2))
+        if draft.size(1) == 0:
+            return top_scores, top_tokens, torch.zeros_like(lengths)
+        drafted = torch.arange(start, start + draft.size(1), device=lengths.device) < lengths.unsqueeze(1)
+        match = drafted & top_tokens[:, :draft.size(1)].eq(draft)
+        return top_scores, top_tokens, match.long().cumprod(1).sum(1)
 
 
 def in_top_k(top_k):

@@ -34,7 +34,7 @@ class DecodingState:
     """The accepted output of the rows still decoding."""
 
     max_len: int  # fairseq's output length limit: EOS is forced at output index max_len + 1
-    tokens: Tensor  # [rows, 2 * max_len + 2]: BOS, the accepted tokens, room for a batch-wide draft
+    tokens: Tensor  # [rows, 2 * max_len + 2]: BOS, the accepted tokens (then stale), room for a batch-wide draft
     cumulative: Tensor  # [rows, 2 * max_len + 2]: fairseq's cumulative score after each token (0 at BOS)
     lengths: Tensor  # [rows] accepted tokens after BOS; the last one is not in the cache yet
     rows: Tensor  # [rows] index of each row in the batch (on the CPU)
@@ -62,10 +62,11 @@ class DecodingState:
         """Append what each row accepted; return which rows ended and their output lengths."""
         n = verdict.tokens.size(1)
         offsets = torch.arange(n, device=self.tokens.device)
-        new = offsets < (verdict.accepted + 1).unsqueeze(1)
+        # all n are written: what follows a row's accepted tokens is written over by its next pass
         index = self.lengths.unsqueeze(1) + 1 + offsets
-        for buffer, values in ((self.tokens, verdict.tokens), (self.cumulative, verdict.cumulative)):
-            buffer.scatter_(1, index, torch.where(new, values, buffer.gather(1, index)))
+        self.tokens.scatter_(1, index, verdict.tokens)
+        self.cumulative.scatter_(1, index, verdict.cumulative)
+        new = offsets < (verdict.accepted + 1).unsqueeze(1)
         ends = new & verdict.tokens.eq(eos) & verdict.cumulative.ne(-math.inf)
         done = ends.any(1)
         first_end = torch.where(ends, offsets, n).min(1).values
@@ -109,8 +110,8 @@ class DraftVerifyDecoder:
         while True:
             proposal = self._within_length_limit(self.drafter.propose(state), state, max_len)
             n = proposal.tokens.size(1) + 1
-            scores = verifier.score(cache, torch.cat([state.last_tokens(), proposal.tokens], 1), state.lengths,
-                                    max_len)
+            tokens = state.last_tokens() if n == 1 else torch.cat([state.last_tokens(), proposal.tokens], 1)
+            scores = verifier.score(cache, tokens, state.lengths, max_len)
             if self.drafter.reads_all_scores:
                 scores.all()
             verdict = self.acceptance.accept(proposal, scores, state.last_cumulative())

@@ -66,12 +66,14 @@ class DecodingOptions:
     def apply_length_limits(self, lprobs, steps, max_len, eos):
         """Force EOS at the maximum length and forbid it before the minimum, as fairseq does.
         ``lprobs``: ``[rows, n, vocab]`` for the fairseq steps ``steps`` ``[rows, n]``."""
-        at_max = steps >= max_len
-        if bool(at_max.any()):
+        first, last = steps.aminmax()
+        if int(last) >= max_len:
+            at_max = steps >= max_len
             eos_lprobs = lprobs[..., eos].clone()
             lprobs.masked_fill_(at_max.unsqueeze(-1), -math.inf)
             lprobs[..., eos] = eos_lprobs
-        lprobs[..., eos] = lprobs[..., eos].masked_fill(steps < self.min_len, -math.inf)
+        if int(first) < self.min_len:
+            lprobs[..., eos] = lprobs[..., eos].masked_fill(steps < self.min_len, -math.inf)
         return lprobs
 
     def final_score(self, cumulative_score: torch.Tensor, length: int):
