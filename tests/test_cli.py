@@ -32,7 +32,7 @@ def fairseq_beam_one(toy_experiment):
     ("greedy", 50, ()), ("greedy", 8, ()), ("greedy", 1, ()), ("iad", 50, ()), ("iad", 1, ()),
     ("iad", 50, ("--iad-pass-tokens", 0)), ("jacobi", 16, ()), ("gs-jacobi", 50, ()), ("gs-jacobi", 1, ()),
     ("hybrid-jacobi", 7, ()), ("greedy", 16, ("--verifier", "fairseq")), ("iad", 1, ("--verifier", "fairseq")),
-    ("gs-jacobi", 16, ("--verifier", "fairseq"))])
+    ("gs-jacobi", 16, ("--verifier", "fairseq")), ("retrieval", 16, ()), ("retrieval", 1, ("--retrieval-depth", 3))])
 def test_generate_equals_beam_one_on_every_sentence(toy_experiment, fairseq_beam_one, algorithm, batch_size,
                                                     options, tmp_path):
     stats_path = tmp_path / "stats.json"
@@ -47,8 +47,14 @@ def test_generate_equals_beam_one_on_every_sentence(toy_experiment, fairseq_beam
     assert all(s["hyp_len"] - s["accepted_drafts"] in (s["iterations"], s["iterations"] - 1) and s["seconds"] > 0
                for s in stats["per_sentence"])
     assert stats["mean_accepted"] == stats["tokens"] / stats["iterations"] >= 1.0
+    assert all(s["drafted"] >= s["drafting_passes"] and s["iterations"] >= s["drafting_passes"]
+               and (s["drafting_passes"] > 0) == (s["drafted"] > 0) for s in stats["per_sentence"])
     if algorithm == "greedy":
         assert stats["tokens"] == stats["iterations"] and stats["draft_acceptance"] == 0.0
+        assert stats["drafting_share"] == 0.0
+    if algorithm == "retrieval":  # drafted from the data folder's train split, indexed beside it
+        assert (toy_experiment["data"] / "train.src-tgt.tgt.suffix-index.npz").exists()
+        assert stats["drafting_share"] > 0.5
     assert stats["wall_seconds"] >= max(s["seconds"] for s in stats["per_sentence"])
 
 

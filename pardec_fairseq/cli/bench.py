@@ -326,10 +326,11 @@ def gleu_score(sources, references, hypotheses):
 def iteration_counts(run, n_tokens):
     """Verifier passes: counted by the plugin's engine; for fairseq greedy one pass per token."""
     if run.plugin:
-        return {"iterations": run.stats.iterations, "mean_accepted": run.stats.mean_accepted}
+        return {"iterations": run.stats.iterations, "mean_accepted": run.stats.mean_accepted,
+                "drafting_share": run.stats.drafting_share}
     if base_name(run.name) == FAIRSEQ_GREEDY:
-        return {"iterations": n_tokens, "mean_accepted": 1.0}
-    return {"iterations": None, "mean_accepted": None}
+        return {"iterations": n_tokens, "mean_accepted": 1.0, "drafting_share": 0.0}
+    return {"iterations": None, "mean_accepted": None, "drafting_share": None}
 
 
 def summarize(runs, args, tgt_dict):
@@ -399,17 +400,18 @@ def markdown_table(rows, args, meta):
         f"Benchmark {meta['date']} on {meta['hardware']}: {meta['sentences']} sentences of "
         f"`{meta['subset']}`, batch size {args.batch_size}, {args.repetitions} interleaved repetitions.",
         "",
-        f"| algorithm | BLEU |{gleu} identical to greedy | iterations | tokens / iteration | sentences / s "
-        f"| ms / token | speedup vs greedy | speedup vs {beam} |",
-        "|---|---:|" + ("---:|" if args.gec else "") + "---:|---:|---:|---:|---:|---:|---:|",
+        f"| algorithm | BLEU |{gleu} identical to greedy | iterations | tokens / iteration | passes with a draft "
+        f"| sentences / s | ms / token | speedup vs greedy | speedup vs {beam} |",
+        "|---|---:|" + ("---:|" if args.gec else "") + "---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         iterations = "–" if row["iterations"] is None else str(row["iterations"])
         accepted = "–" if row["mean_accepted"] is None else f"{row['mean_accepted']:.2f}"
+        drafting = "–" if row["drafting_share"] is None else f"{100 * row['drafting_share']:.0f}%"
         gleu_cell = f" {row['gleu']:.2f} |" if args.gec else ""
         lines.append(
             f"| {row['algorithm']} | {row['bleu']:.2f} |{gleu_cell} {100 * row['identical_to_greedy']:.1f}% "
-            f"| {iterations} | {accepted} | {row['sentences_per_second']:.2f} | {row['ms_per_token']:.2f} "
+            f"| {iterations} | {accepted} | {drafting} | {row['sentences_per_second']:.2f} | {row['ms_per_token']:.2f} "
             f"| {row['speedup_vs_greedy']:.2f}x | {row['speedup_vs_beam']:.2f}x |")
     lines += ["", f"BLEU signature: `{rows[0]['bleu_signature']}`"]
     if len({base_name(row["algorithm"]) for row in rows}) < len(rows):

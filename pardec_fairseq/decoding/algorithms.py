@@ -1,13 +1,15 @@
 """The plugin's algorithms, each a drafter registered under its ``--gen-algo`` name: greedy,
 input-guided aggressive decoding and the Jacobi family need no extra training; blockwise parallel
 decoding drafts with the heads of a ``blockwise_transformer``, generalized aggressive decoding with
-a trained ``block_nat`` drafter (GAD++: the same drafter, accepting by top-beta within tau)."""
+a trained ``block_nat`` drafter (GAD++: the same drafter, accepting by top-beta within tau);
+retrieval drafting continues the output as target-side text of a corpus did."""
 from pardec_fairseq.decoding.acceptance import build_gad_plus_plus_acceptance
 from pardec_fairseq.decoding.drafters import NoDraft
 from pardec_fairseq.decoding.drafters.block_nat import NATBlockDrafter
 from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
 from pardec_fairseq.decoding.drafters.input_copy import InputCopyDrafter
 from pardec_fairseq.decoding.drafters.jacobi import JacobiDrafter
+from pardec_fairseq.decoding.drafters.retrieval import RetrievalDrafter, SuffixIndex
 from pardec_fairseq.decoding.registry import register_algorithm
 
 
@@ -55,6 +57,19 @@ def blockwise_parallel_decoding(cfg, src_dict, tgt_dict, models):
 @register_algorithm("gad")
 def generalized_aggressive_decoding(cfg, src_dict, tgt_dict, models):
     return NATBlockDrafter.from_checkpoint(cfg.drafter_path, src_dict, tgt_dict, models[0])
+
+
+@register_algorithm("retrieval")
+def retrieval_drafting(cfg, src_dict, tgt_dict, models):
+    if cfg.retrieval_corpus is None:
+        raise ValueError("--gen-algo retrieval needs target-side text to draft from: pass --retrieval-corpus "
+                         "PREFIX of a binarized split (the task's data folder has no language pair to find "
+                         "its train split)")
+    if cfg.retrieval_max_suffix < 1:
+        raise ValueError(f"--retrieval-max-suffix must be at least 1 (got {cfg.retrieval_max_suffix})")
+    index = SuffixIndex.for_corpus(cfg.retrieval_corpus, tgt_dict, key_tokens=cfg.retrieval_max_suffix)
+    return RetrievalDrafter(index, tgt_dict.eos(), tgt_dict.pad(), cfg.retrieval_max_suffix, cfg.retrieval_depth,
+                            cfg.retrieval_occurrences)
 
 
 register_algorithm("gad++", acceptance=build_gad_plus_plus_acceptance)(generalized_aggressive_decoding)

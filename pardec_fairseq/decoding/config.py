@@ -1,6 +1,7 @@
 """The plugin's decoding options, as a fairseq dataclass: the task ``translation_pardec`` inherits
 them, so they are flags of ``fairseq-generate``, ``fairseq-interactive`` and ``fairseq-train``
 (for ``--eval-bleu``)."""
+import os
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
@@ -79,13 +80,38 @@ class DecodingConfig(FairseqDataclass):
         metadata={"help": "hybrid-jacobi: output tokens decoded by parallel blocks before it continues one "
                   "token at a time (default: 4 blocks)"},
     )
+    retrieval_corpus: Optional[str] = field(
+        default=None,
+        metadata={"help": "retrieval: prefix of a binarized split (PREFIX.bin/.idx, binarized with the target "
+                  "dictionary) whose text is drafted from, e.g. distilled outputs (default: the train split's "
+                  "target side in the data folder). Its index is cached as PREFIX.suffix-index.npz"},
+    )
+    retrieval_max_suffix: int = field(
+        default=8, metadata={"help": "retrieval: longest suffix of the output looked up in the corpus; the "
+                             "longest one found is continued"})
+    retrieval_depth: int = field(
+        default=8, metadata={"help": "retrieval: most tokens drafted per pass (a draft also ends at an EOS)"})
+    retrieval_occurrences: int = field(
+        default=256, metadata={"help": "retrieval: occurrences of the matched suffix (an even sample when there "
+                               "are more) among which the most frequent continuation is drafted"})
 
 
 def decoding_config(task_cfg) -> DecodingConfig:
     """The decoding options of a task config (dataclass, omegaconf or argparse), defaults for the
-    rest and for ``None``."""
+    rest and for ``None``; the retrieval corpus defaults to the task's train split, target side."""
     defaults = DecodingConfig()
-    return DecodingConfig(**{
+    cfg = DecodingConfig(**{
         f.name: getattr(task_cfg, f.name, getattr(defaults, f.name))
         for f in fields(DecodingConfig) if not f.name.startswith("_")
     })
+    if cfg.retrieval_corpus is None:
+        cfg.retrieval_corpus = train_target_prefix(task_cfg)
+    return cfg
+
+
+def train_target_prefix(task_cfg) -> Optional[str]:
+    """``DATA/train.SRC-TGT.TGT`` of a translation task's first data folder, or ``None``."""
+    data, src, tgt = (getattr(task_cfg, name, None) for name in ("data", "source_lang", "target_lang"))
+    if not (data and src and tgt):
+        return None
+    return os.path.join(data.split(os.pathsep)[0], f"train.{src}-{tgt}.{tgt}")

@@ -27,6 +27,7 @@ class DecodedSentence:
     seconds: float
     drafted: int = 0  # drafted tokens the verifier checked
     accepted_drafts: int = 0  # of those, the ones in the output
+    drafting_passes: int = 0  # passes that checked a draft (the others yield one token)
 
 
 @dataclass
@@ -41,6 +42,7 @@ class DecodingState:
     iterations: Tensor  # [rows] verifier passes so far
     drafted: Tensor  # [rows] drafted tokens verified so far
     accepted: Tensor  # [rows] drafted tokens accepted so far
+    drafting: Tensor  # [rows] passes with a draft so far
 
     @classmethod
     def begin(cls, rows, max_len, bos, pad, device):
@@ -50,7 +52,7 @@ class DecodingState:
         tokens[:, 0] = bos
         zeros = torch.zeros(rows, dtype=torch.long, device=device)
         return cls(max_len, tokens, torch.zeros(rows, width, device=device), zeros, torch.arange(rows),
-                   zeros.clone(), zeros.clone(), zeros.clone())
+                   zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone())
 
     def last_tokens(self):
         return self.tokens.gather(1, self.lengths.unsqueeze(1))
@@ -74,6 +76,7 @@ class DecodingState:
         self.lengths += verdict.accepted + 1
         self.iterations += 1
         self.drafted += proposal.lengths
+        self.drafting += proposal.lengths > 0
         self.accepted += torch.minimum(verdict.accepted, first_end + 1)  # none after an EOS
         # fairseq forces EOS at the length limit; a row whose EOS scored -inf ends there too
         done |= self.lengths > self.max_len
@@ -81,7 +84,7 @@ class DecodingState:
         return done, output_lengths
 
     def keep(self, keep: Tensor):
-        for name in ("tokens", "cumulative", "lengths", "iterations", "drafted", "accepted"):
+        for name in ("tokens", "cumulative", "lengths", "iterations", "drafted", "accepted", "drafting"):
             setattr(self, name, getattr(self, name)[keep])
         self.rows = self.rows[keep.cpu()]
 
@@ -140,11 +143,12 @@ class DraftVerifyDecoder:
     @staticmethod
     def _finish(state, done, output_lengths, finished, seconds):
         rows = done.nonzero().squeeze(1)
-        for row, length, iterations, drafted, accepted in zip(
+        for row, length, iterations, drafted, accepted, drafting in zip(
                 rows.tolist(), output_lengths[rows].tolist(), state.iterations[rows].tolist(),
-                state.drafted[rows].tolist(), state.accepted[rows].tolist()):
+                state.drafted[rows].tolist(), state.accepted[rows].tolist(), state.drafting[rows].tolist()):
             finished[state.rows[row]] = DecodedSentence(
                 tokens=state.tokens[row, 1: length + 1].clone(),
                 cumulative_scores=state.cumulative[row, 1: length + 1].clone(),
                 iterations=iterations, seconds=seconds, drafted=drafted, accepted_drafts=accepted,
+                drafting_passes=drafting,
             )

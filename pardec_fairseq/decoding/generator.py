@@ -72,7 +72,7 @@ class ParallelDecodingGenerator:
         self.stats.add_batch(
             [
                 SentenceStats(int(i), int(n), len(s.tokens), s.iterations, s.seconds, s.drafted,
-                              s.accepted_drafts)
+                              s.accepted_drafts, s.drafting_passes)
                 for i, n, s in zip(ids, src_lengths, sentences)
             ],
             seconds,

@@ -13,6 +13,7 @@ class SentenceStats:
     seconds: float  # from the start of its batch (encoder included) to its last token
     drafted: int = 0  # drafted tokens the verifier checked
     accepted_drafts: int = 0  # of those, the ones in the output
+    drafting_passes: int = 0  # of its iterations, the ones that checked a draft
 
 
 @dataclass
@@ -44,6 +45,11 @@ class DecodingStats:
         drafted = sum(s.drafted for s in self.per_sentence)
         return sum(s.accepted_drafts for s in self.per_sentence) / drafted if drafted else 0.0
 
+    @property
+    def drafting_share(self):
+        """Share of verifier passes that checked a draft (e.g. retrieval: that found a match)."""
+        return sum(s.drafting_passes for s in self.per_sentence) / self.iterations if self.iterations else 0.0
+
     def add_batch(self, sentences: List[SentenceStats], seconds: float):
         self.per_sentence.extend(sentences)
         self.wall_seconds += seconds
@@ -56,6 +62,7 @@ class DecodingStats:
             "iterations": self.iterations,
             "mean_accepted": self.mean_accepted,
             "draft_acceptance": self.draft_acceptance,
+            "drafting_share": self.drafting_share,
             "wall_seconds": self.wall_seconds,
             "per_sentence": [asdict(s) for s in sorted(self.per_sentence, key=lambda s: s.id)],
         }

@@ -1,0 +1,187 @@
+"""Retrieval drafting (He et al. 2023, "REST"; Oliaro et al. 2024, "SuffixDecoding"), here for
+encoder-decoder models: draft what followed the output's latest tokens in a corpus of target-side
+text, with no training.
+
+The corpus (by default the train split's target side) is one token sequence, each sentence
+preceded by EOS, with its suffix array (``pydivsufsort``: 0.06 s for a million tokens). The
+decoder's first input is EOS too, so a short output's suffix, BOS included, only matches at sentence
+starts. Each pass looks up, for every row at once, the longest suffix of the accepted output (up to
+``max_suffix`` tokens) that occurs in the corpus: the occurrences of a pattern are one range of the
+suffix array, found with ``searchsorted`` over fixed-width byte keys of each suffix's first tokens.
+Within the range the continuations are sorted, so equal continuations are neighbours: the draft
+follows, token by token, the most frequent continuation among (an even sample of) the occurrences,
+up to ``depth`` tokens or an EOS. Drafts only change speed; the verifier keeps fairseq's output.
+"""
+import logging
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from pardec_fairseq.decoding.drafters import Drafter
+from pardec_fairseq.decoding.proposals import Proposal
+
+logger = logging.getLogger(__name__)
+
+INDEX_FORMAT = 1  # bump when the cached arrays change meaning
+
+
+def missing_corpus(prefix):
+    return (f"--gen-algo retrieval drafts from target-side text and found no binarized split at {prefix} "
+            f"(.bin/.idx): binarize one with fairseq-preprocess or pass --retrieval-corpus PREFIX")
+
+
+def corpus_text(prefix, dictionary) -> np.ndarray:
+    """The binarized split at ``prefix`` (``.bin``/``.idx``) as one int32 sequence: EOS, then each
+    sentence with its EOS."""
+    from fairseq.data import data_utils
+
+    dataset = data_utils.load_indexed_dataset(prefix, dictionary)
+    if dataset is None:
+        raise FileNotFoundError(missing_corpus(prefix))
+    eos = np.array([dictionary.eos()], dtype=np.int32)
+    sentences = [dataset[i].numpy().astype(np.int32) for i in range(len(dataset))]
+    text = np.concatenate([eos] + [s if s.size and s[-1] == eos[0] else np.append(s, eos) for s in sentences])
+    if int(text.max()) >= len(dictionary):
+        raise ValueError(f"the retrieval corpus {prefix} has token ids up to {int(text.max())}, beyond the "
+                         f"target dictionary's {len(dictionary)}: binarize it with the model's dictionary")
+    return text
+
+
+class SuffixIndex:
+    """A token sequence with its suffix array and, per suffix in that order, a byte key of its first
+    ``key_tokens`` tokens (big-endian ``token + 1``, zeros past the end): keys sort as the suffixes
+    do, so the occurrences of any pattern of up to ``key_tokens`` tokens are a ``searchsorted`` range."""
+
+    def __init__(self, text: np.ndarray, suffixes: np.ndarray, key_tokens: int):
+        self.text, self.suffixes, self.key_tokens = text, suffixes, key_tokens
+        self.token_type = np.dtype(">u2") if int(text.max()) + 2 < 0xFFFF else np.dtype(">u4")
+        windows = np.ascontiguousarray(self.windows(suffixes, key_tokens).astype(self.token_type))
+        self.keys = windows.view(f"S{key_tokens * self.token_type.itemsize}").ravel()
+
+    @classmethod
+    def build(cls, text: np.ndarray, key_tokens: int) -> "SuffixIndex":
+        from pydivsufsort import divsufsort
+
+        return cls(text, divsufsort(text).astype(np.int64), key_tokens)
+
+    @classmethod
+    def for_corpus(cls, prefix, dictionary, key_tokens) -> "SuffixIndex":
+        """The index of the binarized split ``prefix``, cached beside it in ``PREFIX.suffix-index.npz``
+        (rebuilt when the split's ``.bin`` changes; loaded without pickle)."""
+        cache, source = f"{prefix}.suffix-index.npz", f"{prefix}.bin"
+        if not os.path.exists(source):
+            raise FileNotFoundError(missing_corpus(prefix))
+        stamp = np.array([INDEX_FORMAT, *_file_stamp(source)], dtype=np.int64)
+        if os.path.exists(cache):
+            with np.load(cache, allow_pickle=False) as stored:
+                if np.array_equal(stored["stamp"], stamp):
+                    return cls(stored["text"], stored["suffixes"], key_tokens)
+        index = cls.build(corpus_text(prefix, dictionary), key_tokens)
+        try:
+            np.savez(cache, stamp=stamp, text=index.text, suffixes=index.suffixes)
+        except OSError as error:
+            logger.warning(f"could not cache the retrieval index at {cache} ({error}); it is rebuilt each run")
+        return index
+
+    def windows(self, starts: np.ndarray, width: int) -> np.ndarray:
+        """``[len(starts), width]``: ``token + 1`` of the ``width`` tokens from each start, 0 past the end."""
+        positions = starts[:, None] + np.arange(width)
+        inside = positions < self.text.size
+        return np.where(inside, self.text[np.minimum(positions, self.text.size - 1)].astype(np.int64) + 1, 0)
+
+    def ranges(self, patterns: np.ndarray, lengths: np.ndarray):
+        """Suffix-array ranges ``[lo, hi)`` of the occurrences of each of ``patterns`` (``[q, key_tokens]``,
+        the first ``lengths[i]`` tokens of row ``i`` taken)."""
+        width = self.key_tokens
+        taken = np.arange(width) < lengths[:, None]
+        values = np.where(taken, patterns.astype(np.int64) + 1, 0)
+        low = values.astype(self.token_type)
+        high = np.where(taken, values, np.iinfo(self.token_type).max).astype(self.token_type)
+        key_type = self.keys.dtype
+        lo = np.searchsorted(self.keys, np.ascontiguousarray(low).view(key_type).ravel(), side="left")
+        hi = np.searchsorted(self.keys, np.ascontiguousarray(high).view(key_type).ravel(), side="right")
+        return lo, hi
+
+
+def _file_stamp(path):
+    status = os.stat(path)
+    return status.st_size, status.st_mtime_ns
+
+
+class RetrievalDrafter(Drafter):
+    def __init__(self, index: SuffixIndex, eos: int, pad: int, max_suffix: int, depth: int, occurrences: int):
+        if not 1 <= max_suffix <= index.key_tokens:
+            raise ValueError(f"--retrieval-max-suffix must be between 1 and {index.key_tokens} (got {max_suffix})")
+        if depth < 1 or occurrences < 1:
+            raise ValueError(f"--retrieval-depth and --retrieval-occurrences must be at least 1 "
+                             f"(got {depth} and {occurrences})")
+        self.index, self.eos, self.pad = index, eos, pad
+        self.max_suffix, self.depth, self.occurrences = max_suffix, depth, occurrences
+
+    def propose(self, state) -> Proposal:
+        lengths = state.lengths.cpu().numpy()
+        rows, s_max = lengths.size, self.max_suffix
+        # the last s_max tokens of each row (BOS included), right-aligned: suffix s is the last s of them
+        offsets = lengths[:, None] - s_max + 1 + np.arange(s_max)
+        tail = state.tokens.gather(1, torch.from_numpy(np.maximum(offsets, 0)).to(state.tokens.device))
+        tail = tail.cpu().numpy()
+        found, lo, hi = self._longest_suffix(tail, lengths + 1)
+        draft, drafted = self._follow_most_frequent(found, lo, hi)
+        device = state.tokens.device
+        return Proposal(tokens=torch.from_numpy(draft).to(device), lengths=torch.from_numpy(drafted).to(device))
+
+    def _longest_suffix(self, tail: np.ndarray, available: np.ndarray):
+        """Per row, the length of the longest suffix of ``tail`` (at most ``available`` tokens) found
+        in the corpus (0: none) and its suffix-array range."""
+        rows, s_max = tail.shape
+        suffix_lengths = np.arange(1, s_max + 1)
+        # pattern [row, s]: the last s tokens of the row, left-aligned
+        shift = (np.arange(s_max)[None, :] + s_max - suffix_lengths[:, None]).clip(max=s_max - 1)
+        patterns = np.zeros((rows, s_max, self.index.key_tokens), dtype=tail.dtype)
+        patterns[:, :, :s_max] = tail[:, shift]
+        lo, hi = self.index.ranges(patterns.reshape(rows * s_max, -1), np.tile(suffix_lengths, rows))
+        lo, hi = lo.reshape(rows, s_max), hi.reshape(rows, s_max)
+        occurs = (hi > lo) & (suffix_lengths[None, :] <= available[:, None])
+        found = np.where(occurs.any(1), s_max - np.argmax(occurs[:, ::-1], axis=1), 0)
+        at = np.maximum(found - 1, 0)[:, None]
+        return found, np.take_along_axis(lo, at, 1)[:, 0], np.take_along_axis(hi, at, 1)[:, 0]
+
+    def _follow_most_frequent(self, found, lo, hi):
+        """Drafts ``[rows, k]`` and their lengths: from each row's occurrences (an even sample of
+        at most ``occurrences`` of them, in suffix-array order), the most frequent next token, then
+        the most frequent after it among the occurrences that had it, up to ``depth`` tokens or EOS."""
+        rows, samples = found.size, self.occurrences
+        count = np.where(found > 0, hi - lo, 0)
+        j = np.arange(samples)
+        sample = lo[:, None] + np.where(count[:, None] > samples, (j * count[:, None]) // samples, j)
+        alive = j[None, :] < count[:, None]
+        starts = self.index.suffixes[np.minimum(sample, self.index.suffixes.size - 1)] + found[:, None]
+        windows = self.index.windows(starts.ravel(), self.depth).reshape(rows, samples, self.depth) - 1
+        # token ids, -1 past the corpus's end
+        draft = np.full((rows, self.depth), self.pad, dtype=np.int64)
+        drafted = np.zeros(rows, dtype=np.int64)
+        drafting = found > 0
+        flat_rows = np.arange(rows)[:, None] * (samples + 1)
+        for d in range(self.depth):
+            column = windows[:, :, d]
+            alive &= column >= 0
+            # the alive occurrences of a row are contiguous and sorted: runs of equal tokens
+            same = np.zeros_like(alive)
+            same[:, 1:] = alive[:, :-1] & (column[:, 1:] == column[:, :-1])
+            run = np.cumsum(alive & ~same, axis=1) * alive
+            sizes = np.bincount((flat_rows + run).ravel(), weights=alive.ravel(), minlength=rows * (samples + 1))
+            sizes = sizes.reshape(rows, samples + 1)
+            sizes[:, 0] = 0
+            best = sizes.argmax(1)
+            drafting &= sizes[np.arange(rows), best] > 0
+            if not drafting.any():
+                break
+            alive &= run == best[:, None]
+            token = column[np.arange(rows), alive.argmax(1)]
+            draft[drafting, d] = token[drafting]
+            drafted += drafting
+            drafting &= token != self.eos
+        k = int(drafted.max()) if rows else 0
+        return draft[:, :k], drafted
