@@ -42,6 +42,8 @@ class ExactAcceptance:
         self.first_chunk = first_chunk
 
     def accept(self, proposal: Proposal, scores, cumulative_before) -> Verdict:
+        if getattr(scores, "tree", None) is not None:
+            return self._accept_path(proposal, scores, cumulative_before)
         n = proposal.tokens.size(1) + 1
         stop = min(n, self.first_chunk)
         top_scores, top_tokens, kept = self._rank(proposal, scores, 0, stop, None, cumulative_before)
@@ -64,6 +66,38 @@ class ExactAcceptance:
             cumulative[active, start:stop] = top_scores
             accepted[active] += kept
         return Verdict(accepted=accepted, tokens=tokens, cumulative=cumulative)
+
+    @staticmethod
+    def _accept_path(proposal: Proposal, scores, cumulative_before) -> Verdict:
+        """A tree: the deepest node whose path from the last accepted token holds fairseq's choice
+        at every step (siblings with one token give the same path: the first is kept)."""
+        tree = scores.tree
+        rows, n = tree.depth.shape
+        positions = torch.arange(n, device=tree.depth.device)
+        real = positions <= proposal.lengths.unsqueeze(1)  # position 0 and the drafted tokens
+        lprobs = scores.span(0, n, None, real)
+        tokens = torch.cat([proposal.tokens.new_zeros(rows, 1), proposal.tokens], 1)  # [rows, n]
+        token_lprobs = lprobs[torch.arange(rows, device=tokens.device).unsqueeze(1), tree.parents, tokens]
+        # fairseq's running score after each position's token, summed along its path in float32 order
+        before = cumulative_before.unsqueeze(1).expand(rows, n)
+        depths = range(1, int(tree.depth.max()) + 1)
+        for depth in depths:
+            before = torch.where(tree.depth == depth, before.gather(1, tree.parents) + token_lprobs, before)
+        top_scores, top_tokens = fairseq_top_one(lprobs + before.unsqueeze(2))
+        # a drafted token is kept when it is the choice after its parent, within fairseq's length limit
+        chosen = real & top_tokens.gather(1, tree.parents).eq(tokens) & (scores.steps <= scores.max_len)
+        kept = positions.eq(0).expand(rows, n)
+        for depth in depths:
+            kept = torch.where(tree.depth == depth, chosen & kept.gather(1, tree.parents), kept)
+        deepest = torch.where(kept, tree.depth * n + (n - 1 - positions), -1).argmax(1)
+        accepted = tree.depth.gather(1, deepest.unsqueeze(1)).squeeze(1)
+        on_path = tree.sees[torch.arange(rows, device=tokens.device), deepest]
+        m = int(accepted.max()) + 1
+        path = torch.arange(m + 1, device=tokens.device).repeat(rows, 1)  # after a row's path: its own index
+        path.scatter_(1, torch.where(on_path, tree.depth, m), positions.expand(rows, n))
+        path = path[:, :m]  # column m took the positions off the path
+        return Verdict(accepted=accepted, tokens=top_tokens.gather(1, path), cumulative=top_scores.gather(1, path),
+                       path=path)
 
     @staticmethod
     def _rank(proposal: Proposal, scores, start, stop, active, running):
@@ -136,6 +170,9 @@ class RelaxedAcceptance:
         self.min_block_size = min_block_size
 
     def accept(self, proposal: Proposal, scores, cumulative_before) -> Verdict:
+        if getattr(scores, "tree", None) is not None:
+            raise ValueError("relaxed acceptance (--acceptance other than exact, --min-block-size, gad++) "
+                             "takes single drafts, not trees; use --acceptance exact")
         lprobs = scores.all()
         k = proposal.tokens.size(1)
         passes = self.passes(proposal.tokens, lprobs[:, :k]) & drafted_mask(proposal)

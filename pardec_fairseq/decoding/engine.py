@@ -1,8 +1,9 @@
 """The draft -> verify -> accept loop every algorithm of the plugin runs.
 
-Each iteration the drafter proposes up to ``k`` tokens per row; one verifier pass scores each
-row's last accepted token and its draft; the acceptance rule keeps a prefix of the draft plus the
-verifier's own token; the cache is rolled back to what each row kept. Rows accept different
+Each iteration the drafter proposes up to ``k`` tokens per row, a chain or a tree of candidate
+continuations (``DraftTree``); one verifier pass scores each row's last accepted token and its draft;
+the acceptance rule keeps a prefix of the chain (a path of the tree) plus the verifier's own token;
+the cache is rolled back to what each row kept. Rows accept different
 numbers of tokens, and rows that end leave the batch, so a sentence's output does not depend on
 its batch. Statistics are counted here, once for every algorithm.
 """
@@ -14,7 +15,7 @@ from typing import List
 import torch
 from torch import Tensor
 
-from pardec_fairseq.decoding.proposals import Proposal, Verdict
+from pardec_fairseq.decoding.proposals import DraftTree, Proposal, Verdict
 
 
 @dataclass
@@ -114,11 +115,11 @@ class DraftVerifyDecoder:
             proposal = self._within_length_limit(self.drafter.propose(state), state, max_len)
             n = proposal.tokens.size(1) + 1
             tokens = state.last_tokens() if n == 1 else torch.cat([state.last_tokens(), proposal.tokens], 1)
-            scores = verifier.score(cache, tokens, state.lengths, max_len)
+            scores = verifier.score(cache, tokens, state.lengths, max_len, DraftTree.of(proposal))
             if self.drafter.reads_all_scores:
                 scores.all()
             verdict = self.acceptance.accept(proposal, scores, state.last_cumulative())
-            verifier.rollback(cache, state.lengths, verdict.accepted + 1, n)
+            verifier.rollback(cache, state.lengths, verdict.accepted + 1, n, verdict.path)
             self.drafter.update(scores, verdict, state)
             done, output_lengths = state.advance(proposal, verdict, self.eos)
             if not bool(done.any()):
@@ -133,8 +134,9 @@ class DraftVerifyDecoder:
 
     @staticmethod
     def _within_length_limit(proposal: Proposal, state: DecodingState, max_len) -> Proposal:
-        """Drafts never reach past the last output position fairseq allows."""
-        if proposal.tokens.size(1) == 0:
+        """Drafts never reach past the last output position fairseq allows (a tree's nodes past it are
+        never accepted: ``ExactAcceptance`` checks their steps)."""
+        if proposal.tokens.size(1) == 0 or proposal.parents is not None:
             return proposal
         lengths = torch.minimum(proposal.lengths, max_len - state.lengths)
         k = int(lengths.max())

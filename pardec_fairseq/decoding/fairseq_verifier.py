@@ -38,7 +38,11 @@ class FairseqVerifier(Verifier):
         encoder_outs = self.ensemble.forward_encoder(net_input)
         return FairseqVerifierCache(encoder_outs, [{} for _ in range(self.ensemble.models_size)])
 
-    def score(self, cache: FairseqVerifierCache, tokens: Tensor, first_index: Tensor, max_len: int) -> VerifierScores:
+    def score(self, cache: FairseqVerifierCache, tokens: Tensor, first_index: Tensor, max_len: int,
+              tree=None) -> VerifierScores:
+        if tree is not None:  # fairseq's attention takes one mask for every row of the batch
+            raise ValueError("drafts with several branches (a tree per row) need --verifier fast: the fairseq "
+                             "path masks attention alike for every row")
         steps, positions = self.steps_and_positions(tokens, first_index)
         features = [self._features(decoder, tokens, positions, encoder_out, incremental_state)
                     for decoder, encoder_out, incremental_state in zip(
@@ -70,7 +74,7 @@ class FairseqVerifier(Verifier):
         buffer = decoder.layers[0].self_attn._get_input_buffer(incremental_state)
         return buffer["prev_key"].size(2) if "prev_key" in buffer else 0
 
-    def rollback(self, cache: FairseqVerifierCache, valid: Tensor, kept: Tensor, new_columns: int):
+    def rollback(self, cache: FairseqVerifierCache, valid: Tensor, kept: Tensor, new_columns: int, path=None):
         cache_rollback.rollback(self.self_attentions, cache.incremental_states, valid, kept, new_columns)
 
     def keep_rows(self, cache: FairseqVerifierCache, rows: Tensor):

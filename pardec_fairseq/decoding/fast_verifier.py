@@ -11,8 +11,8 @@ q/k/v fused into one product with the query scaling folded into q, the encoder-a
 and computed once per batch. The self-attention
 keys and values of every layer live in a preallocated buffer ``[rows, heads, capacity, head_dim]``;
 a pass writes its new tokens at each row's own positions and each new token attends to the
-columns up to its own position, so a rejected draft needs no rollback (the next pass writes over
-it) and the cache never moves. Decoders this path does not reproduce are named by
+columns up to its own position (in a tree: the accepted columns and its ancestors), so a rejected
+chain needs no rollback (the next pass writes over it); only a tree's accepted path moves. Decoders this path does not reproduce are named by
 ``fast_path_obstacle`` and decode on the fairseq path.
 """
 import math
@@ -25,6 +25,7 @@ from threadpoolctl import ThreadpoolController
 from fairseq.models.transformer import TransformerDecoderBase
 from torch import Tensor
 
+from pardec_fairseq.decoding.proposals import DraftTree
 from pardec_fairseq.decoding.verifier import Verifier, VerifierScores, embed_positions
 from pardec_fairseq.models.decoder_steps import encoder_states
 
@@ -190,20 +191,24 @@ class _Write:
     hidden: Optional[Tensor]  # [rows, 1, n, columns]: True where a new token must not look
 
     @classmethod
-    def plan(cls, first_index: Tensor, n: int, capacity: int, heads: int, head_dim: int):
-        rows = first_index.size(0)
+    def plan(cls, first_index: Tensor, n: int, heads: int, head_dim: int, tree: Optional[DraftTree]):
+        """New token ``i`` of row ``r`` goes to column ``first_index[r] + i`` and sees the columns
+        before ``first_index[r]`` and, among the new ones, those before it (a chain) or its ancestors."""
+        rows, device = first_index.size(0), first_index.device
         start = int(first_index.max())  # with one row, its first column
-        columns = min(start + n, capacity)
+        columns = start + n
         if rows == 1 and n == 1:  # one token sees every column
             return cls(None, start, columns, None)
-        last = first_index.unsqueeze(1) + torch.arange(n, device=first_index.device)  # each token's own column
-        hidden = (torch.arange(columns, device=first_index.device) > last.unsqueeze(2)).unsqueeze(1)
+        own = first_index.unsqueeze(1) + torch.arange(n, device=device)  # [rows, n] each token's own column
+        if tree is None:
+            hidden = torch.arange(columns, device=device) > own.unsqueeze(2)
+        else:
+            relative = (torch.arange(columns, device=device) - first_index.unsqueeze(1)).unsqueeze(1)
+            sees = tree.sees.gather(2, relative.clamp(0, n - 1).expand(rows, n, columns))
+            hidden = (relative >= n) | ((relative >= 0) & ~sees)
         if rows == 1:
-            return cls(None, start, columns, hidden)
-        # filler after a row's own draft may run past the buffer: it all goes to the last column,
-        # which no real token (at most output index max_len) ever attends to
-        index = last.clamp(max=capacity - 1)
-        return cls(index.view(rows, 1, n, 1).expand(rows, heads, n, head_dim), 0, columns, hidden)
+            return cls(None, start, columns, hidden.unsqueeze(1))
+        return cls(own.view(rows, 1, n, 1).expand(rows, heads, n, head_dim), 0, columns, hidden.unsqueeze(1))
 
     def into(self, buffer: Tensor, new: Tensor):
         if self.index is None:
@@ -246,7 +251,8 @@ class FastDecoder:
         buffers = weight.new_zeros(len(self.layers), 2, rows, self.heads, capacity, self.head_dim)
         return FastCache(buffers, enc_keys, enc_values, enc_mask)
 
-    def features(self, cache: "FastCache", tokens: Tensor, positions: Optional[Tensor], first_index: Tensor):
+    def features(self, cache: "FastCache", tokens: Tensor, positions: Optional[Tensor], first_index: Tensor,
+                 tree: Optional[DraftTree] = None):
         """The decoder output ``[rows, n, d]`` after ``tokens`` ``[rows, n]``."""
         x = self.embed_scale * F.embedding(tokens, self.embed_tokens)
         if self.project_in is not None:
@@ -256,7 +262,8 @@ class FastDecoder:
             x = x + embed_positions(decoder.embed_positions, positions)
         if decoder.layernorm_embedding is not None:
             x = _layer_norm(x, decoder.layernorm_embedding)
-        write = _Write.plan(first_index, tokens.size(1), cache.buffers.size(4), self.heads, self.head_dim)
+        write = _Write.plan(first_index, tokens.size(1), self.heads, self.head_dim, tree)
+        cache.reserve(write.columns)
         for i, layer in enumerate(self.layers):
             x = layer.forward(x, cache.buffers[i, 0], cache.buffers[i, 1], write, cache.enc_keys[i],
                               cache.enc_values[i], cache.enc_mask)
@@ -280,6 +287,24 @@ class FastCache:
     enc_keys: List[Optional[Tensor]]  # per layer [rows, heads, src, head_dim]
     enc_values: List[Optional[Tensor]]
     enc_mask: Optional[Tensor]  # [rows, 1, 1, src]: True at source padding
+
+    def reserve(self, columns: int):
+        """Room for ``columns`` columns: a pass's filler, or a tree's nodes near the end of the output,
+        can reach past the ``max_len + 2`` columns an output needs."""
+        missing = columns - self.buffers.size(4)
+        if missing > 0:
+            shape = list(self.buffers.shape)
+            shape[4] = missing
+            self.buffers = torch.cat([self.buffers, self.buffers.new_zeros(shape)], 4)
+
+    def keep_path(self, valid: Tensor, path: Tensor):
+        """Move the keys and values of each row's kept pass positions ``path`` (``[rows, m]``, from
+        column ``valid[r]``) to the columns right after its accepted ones."""
+        layers, _, rows, heads, _, head_dim = self.buffers.shape
+        m = path.size(1)
+        index = (valid.unsqueeze(1) + path).view(1, 1, rows, 1, m, 1).expand(layers, 2, rows, heads, m, head_dim)
+        target = (valid.unsqueeze(1) + torch.arange(m, device=path.device)).view(1, 1, rows, 1, m, 1)
+        self.buffers.scatter_(4, target.expand_as(index), self.buffers.gather(4, index))
 
     def keep_rows(self, rows: Tensor):
         self.buffers = self.buffers[:, :, rows]
@@ -316,25 +341,31 @@ class FastVerifier(Verifier):
     def start(self, net_input, max_len) -> FastVerifierCache:
         encoder_outs = self.ensemble.forward_encoder(net_input)
         rows = net_input["src_tokens"].size(0)
-        # output indices 0 .. max_len are ever cached; one more column takes filler
+        # output indices 0 .. max_len are ever cached (and one more: the pass that forces EOS);
+        # a pass whose filler or tree reaches further grows the buffers (``FastCache.reserve``)
         capacity = max_len + 2
         return FastVerifierCache([decoder.start(encoder_out, rows, capacity)
                                   for decoder, encoder_out in zip(self.fast_decoders, encoder_outs)])
 
     @torch.no_grad()
-    def score(self, cache: FastVerifierCache, tokens: Tensor, first_index: Tensor, max_len: int) -> VerifierScores:
-        steps, positions = self.steps_and_positions(tokens, first_index)
+    def score(self, cache: FastVerifierCache, tokens: Tensor, first_index: Tensor, max_len: int,
+              tree: Optional[DraftTree] = None) -> VerifierScores:
+        steps, positions = self.steps_and_positions(tokens, first_index, tree)
         features = [decoder.features(model_cache, tokens, None if decoder.decoder.embed_positions is None
-                                     else positions, first_index)
+                                     else positions, first_index, tree)
                     for decoder, model_cache in zip(self.fast_decoders, cache.caches)]
-        return VerifierScores(self, features, steps, max_len)
+        return VerifierScores(self, features, steps, max_len, tree)
 
     @torch.no_grad()
     def logits(self, model: int, x: Tensor) -> Tensor:
         return self.fast_decoders[model].logits(x)
 
-    def rollback(self, cache, valid: Tensor, kept: Tensor, new_columns: int):
-        """Nothing to do: the next pass writes over the columns of rejected tokens."""
+    def rollback(self, cache, valid: Tensor, kept: Tensor, new_columns: int, path: Optional[Tensor] = None):
+        """A chain needs nothing: the next pass writes over the columns of rejected tokens. A tree's
+        accepted path moves next to the accepted tokens."""
+        if path is not None:
+            for model_cache in cache.caches:
+                model_cache.keep_path(valid, path)
 
     def keep_rows(self, cache: FastVerifierCache, rows: Tensor):
         for model_cache in cache.caches:

@@ -1,21 +1,59 @@
 """The small typed objects passed between drafter, verifier and acceptance rule."""
+import math
 from dataclasses import dataclass
+from typing import Optional
 
+import torch
 from torch import Tensor
 
 
 @dataclass
 class Proposal:
-    """A drafter's guess of each row's next tokens."""
+    """A drafter's guess of each row's next tokens: a chain, or a tree of candidate continuations."""
 
     tokens: Tensor  # [rows, k]; entries at or after lengths[r] are filler
     lengths: Tensor  # [rows] drafted tokens per row, 0..k
+    # [rows, k] or None (a chain): the pass position of each drafted token's parent, where position 0
+    # is the last accepted token and position j + 1 drafted token j; below the token's own position
+    parents: Optional[Tensor] = None
+
+
+@dataclass
+class DraftTree:
+    """The shape of a tree pass over ``n`` positions (0: the last accepted token, j + 1: drafted
+    token j): each position's depth below position 0 and the positions it sees (itself and its
+    ancestors), which is all the verifier's attention and the acceptance need."""
+
+    parents: Tensor  # [rows, n]; position 0 is its own parent
+    depth: Tensor  # [rows, n]
+    sees: Tensor  # [rows, n, n] bool: sees[r, i, a] when a is i or an ancestor of i
+
+    @classmethod
+    def of(cls, proposal: Proposal) -> Optional["DraftTree"]:
+        if proposal.parents is None:
+            return None
+        rows, k = proposal.parents.shape
+        n = k + 1
+        # drafted token j sits at pass position j + 1: its parent is at most j
+        if bool((proposal.parents > torch.arange(k, device=proposal.parents.device)).any()) \
+                or bool((proposal.parents < 0).any()):
+            raise ValueError("a drafted token's parent must come before it in the proposal")
+        parents = torch.cat([proposal.parents.new_zeros(rows, 1), proposal.parents], 1)
+        step = torch.nn.functional.one_hot(parents, n).float() + torch.eye(n, device=parents.device)
+        reach = step.clamp(max=1)
+        for _ in range(math.ceil(math.log2(max(k, 1))) + 1):  # paths of up to 2^i steps
+            reach = (reach @ reach).clamp_(max=1)
+        sees = reach.bool()
+        return cls(parents, sees.sum(-1) - 1, sees)
 
 
 @dataclass
 class Verdict:
     """What an acceptance rule keeps of a proposal after one verifier pass."""
 
-    accepted: Tensor  # [rows] drafted tokens kept, a prefix of the proposal
-    tokens: Tensor  # [rows, k + 1] the accepted drafted tokens, then the verifier's own token
-    cumulative: Tensor  # [rows, k + 1] fairseq's cumulative score after each of those tokens
+    accepted: Tensor  # [rows] drafted tokens kept, a prefix of the proposal (a path of a tree)
+    tokens: Tensor  # [rows, m] the accepted drafted tokens, then the verifier's own token
+    cumulative: Tensor  # [rows, m] fairseq's cumulative score after each of those tokens
+    # [rows, m] for trees: the pass positions of the kept tokens (position 0, then the accepted path;
+    # entries after a row's path repeat their index); None for chains (positions 0 .. accepted)
+    path: Optional[Tensor] = None

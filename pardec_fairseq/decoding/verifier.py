@@ -18,6 +18,8 @@ from fairseq.modules import LearnedPositionalEmbedding, SinusoidalPositionalEmbe
 from fairseq.sequence_generator import EnsembleModel
 from torch import Tensor
 
+from pardec_fairseq.decoding.proposals import DraftTree
+
 
 def check_decoder(decoder):
     """Refuse, at start, decoders whose arithmetic the multi-token pass does not reproduce."""
@@ -70,15 +72,17 @@ class Verifier:
         """Run the encoders and return an empty cache for outputs of up to ``max_len`` tokens."""
         raise NotImplementedError
 
-    def score(self, cache, tokens: Tensor, first_index: Tensor, max_len: int) -> "VerifierScores":
+    def score(self, cache, tokens: Tensor, first_index: Tensor, max_len: int,
+              tree: Optional[DraftTree] = None) -> "VerifierScores":
         """Score the positions after each of ``tokens`` ``[rows, n]``, where ``tokens[r, 0]`` sits at
-        output index ``first_index[r]`` (BOS = 0) and the cache holds each row's tokens before it.
-        The new tokens enter the cache; fairseq's length rules for ``max_len`` apply."""
+        output index ``first_index[r]`` (BOS = 0) and the cache holds each row's tokens before it;
+        each new token follows the one before it, or with ``tree`` its parent. The new tokens enter
+        the cache; fairseq's length rules for ``max_len`` apply."""
         raise NotImplementedError
 
-    def rollback(self, cache, valid: Tensor, kept: Tensor, new_columns: int):
+    def rollback(self, cache, valid: Tensor, kept: Tensor, new_columns: int, path: Optional[Tensor] = None):
         """After a pass of ``new_columns`` tokens over ``valid[r]`` cached ones, keep the first
-        ``kept[r]`` of them for row ``r``."""
+        ``kept[r]`` of them for row ``r`` (with ``path``, those at its pass positions)."""
         raise NotImplementedError
 
     def keep_rows(self, cache, rows: Tensor):
@@ -96,9 +100,10 @@ class Verifier:
         """A context the engine decodes a batch in (a path may set up its libraries there)."""
         return contextlib.nullcontext()
 
-    def steps_and_positions(self, tokens: Tensor, first_index: Tensor):
+    def steps_and_positions(self, tokens: Tensor, first_index: Tensor, tree: Optional[DraftTree] = None):
         """fairseq's step of each new token and its position (``pad + 1 + step``)."""
-        steps = first_index.unsqueeze(1) + torch.arange(tokens.size(1), device=tokens.device)
+        depth = torch.arange(tokens.size(1), device=tokens.device) if tree is None else tree.depth
+        steps = first_index.unsqueeze(1) + depth
         # filler after a row's own draft may pass the last position; its outputs are never used
         positions = (self.pad + 1 + steps).clamp_(max=self.pad + self.max_positions)
         return steps, positions
@@ -128,8 +133,10 @@ class VerifierScores:
     only where asked: on a CPU the output projection costs about as much as the decoder layers,
     and the positions after a row's first rejected token are never needed."""
 
-    def __init__(self, verifier: Verifier, features: List[Tensor], steps: Tensor, max_len: int):
+    def __init__(self, verifier: Verifier, features: List[Tensor], steps: Tensor, max_len: int,
+                 tree: Optional[DraftTree] = None):
         self.verifier, self.features, self.steps, self.max_len = verifier, features, steps, max_len
+        self.tree = tree  # the pass's tree, None for a chain
         self.positions = steps.size(1)
         self.computed: Optional[Tensor] = None
 

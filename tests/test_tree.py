@@ -1,0 +1,144 @@
+"""Several drafts in one pass: a tree per row, scored with ancestor-only attention, its longest
+accepted path kept. Trees give fairseq's greedy output and the scores of separate chain passes."""
+import math
+import random
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pardec_fairseq.decoding.acceptance import ExactAcceptance, RelaxedAcceptance, in_top_k
+from pardec_fairseq.decoding.drafters import Drafter
+from pardec_fairseq.decoding.fairseq_verifier import FairseqVerifier
+from pardec_fairseq.decoding.fast_verifier import FastVerifier
+from pardec_fairseq.decoding.options import DecodingOptions
+from pardec_fairseq.decoding.proposals import DraftTree, Proposal
+from test_engine import run_engine
+from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one
+from tiny import build_transformer, make_batch, make_dictionary
+
+
+def random_tree(rng, reference, depth, branches, noise, vocab):
+    """(tokens, parents) of one row: the reference continuation from the last accepted token (tokens
+    wrong with probability ``noise``) and ``branches`` random branches hanging off any earlier node,
+    the branches in random order; a parent always comes before its child."""
+    tokens, parents = [], []
+    chains = [(True, [(t if rng.random() >= noise else rng.randrange(4, vocab)) for t in reference[:depth]])]
+    chains += [(False, [rng.randrange(4, vocab) for _ in range(rng.randint(1, 3))]) for _ in range(branches)]
+    rng.shuffle(chains)
+    for from_root, chain in chains:
+        parent = 0 if from_root else rng.randint(0, len(tokens))  # 0: the last accepted token
+        for token in chain:
+            tokens.append(token)
+            parents.append(parent)
+            parent = len(tokens)  # this node's pass position
+    return tokens, parents
+
+
+class TreeDrafter(Drafter):
+    def __init__(self, references, depth, branches, noise, vocab, seed):
+        self.references, self.depth, self.branches, self.noise, self.vocab = references, depth, branches, noise, vocab
+        self.rng = random.Random(seed)
+
+    def propose(self, state):
+        trees = [random_tree(self.rng, self.references[row][length:], self.depth, self.branches, self.noise,
+                             self.vocab) for row, length in zip(state.rows.tolist(), state.lengths.tolist())]
+        k = max(len(tokens) for tokens, _ in trees)
+        return Proposal(tokens=torch.tensor([t + [1] * (k - len(t)) for t, _ in trees]).view(len(trees), k),
+                        lengths=torch.tensor([len(t) for t, _ in trees]),
+                        parents=torch.tensor([p + [0] * (k - len(p)) for _, p in trees]).view(len(trees), k))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), depth=st.integers(1, 6), branches=st.integers(0, 4),
+       noise=st.sampled_from([0.0, 0.2, 0.6]), eos_bias=st.floats(-1.0, 2.0),
+       batch=st.lists(st.lists(st.integers(4, 23), min_size=1, max_size=10), min_size=1, max_size=5))
+def test_tree_drafts_keep_the_greedy_output(seed, depth, branches, noise, eos_bias, batch):
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias)
+    collated = make_batch(dictionary, batch)
+    expected = fairseq_beam_one([model], dictionary, collated, max_len_b=25)
+    references = [h[0]["tokens"].tolist() for h in expected]
+    drafter = TreeDrafter(references, depth, branches, noise, len(dictionary), seed)
+    actual, stats = run_engine([model], dictionary, collated, drafter, ExactAcceptance(), max_len_b=25)
+    assert_same_hypotheses(expected, actual)
+    if noise == 0.0:  # the reference branch is always right (a random branch may be right beyond it)
+        passes = sum(math.ceil(len(r) / (depth + 1)) for r in references)
+        assert stats.iterations == passes if branches == 0 else stats.iterations <= passes
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), rows=st.integers(1, 4), branches=st.integers(1, 4), data=st.data())
+def test_a_tree_pass_scores_each_branch_as_its_own_chain_pass_and_keeps_the_chosen_path(seed, rows, branches, data):
+    """After a prefix pass, one tree pass gives every path the log-probabilities a chain pass of that
+    path gives; keeping a path leaves the cache as the chain pass kept in full does."""
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=seed, layers=2)
+    batch = make_batch(dictionary, [data.draw(st.lists(st.integers(4, 23), min_size=1, max_size=8))
+                                    for _ in range(rows)])
+    rng = random.Random(seed)
+    prefix_n = data.draw(st.integers(1, 4))
+    kept = torch.tensor([rng.randint(1, prefix_n) for _ in range(rows)])
+    prefix = torch.randint(4, 24, (rows, prefix_n), generator=torch.Generator().manual_seed(seed))
+    trees = [random_tree(rng, [], 0, branches, 0.0, 24) for _ in range(rows)]
+    k = max(len(t) for t, _ in trees)
+    proposal = Proposal(tokens=torch.tensor([t + [1] * (k - len(t)) for t, _ in trees]),
+                        lengths=torch.tensor([len(t) for t, _ in trees]),
+                        parents=torch.tensor([p + [0] * (k - len(p)) for _, p in trees]))
+    tree = DraftTree.of(proposal)
+    last = torch.randint(4, 24, (rows, 1), generator=torch.Generator().manual_seed(seed + 1))
+    max_len = prefix_n + k + 4
+    verifier = FastVerifier([model], dictionary, DecodingOptions())
+    zeros = torch.zeros(rows, dtype=torch.long)
+
+    def after_prefix():
+        cache = verifier.start(batch["net_input"], max_len)
+        verifier.score(cache, prefix, zeros, max_len)
+        verifier.rollback(cache, zeros, kept, prefix_n)
+        return cache
+
+    with torch.no_grad():
+        tree_cache = after_prefix()
+        tree_lprobs = verifier.score(tree_cache, torch.cat([last, proposal.tokens], 1), kept, max_len, tree).all()
+        deepest = (tree.depth * (torch.arange(k + 1) <= proposal.lengths.unsqueeze(1))).argmax(1)
+        for leaf in range(1, k + 1):
+            # each row's path to node `leaf` (or to its deepest node, for rows with fewer nodes)
+            ends = torch.where(torch.tensor(leaf) <= proposal.lengths, torch.tensor(leaf), deepest)
+            on_path = tree.sees[torch.arange(rows), ends]
+            paths = [torch.nonzero(row).squeeze(1) for row in on_path.unbind()]  # by position, so by depth
+            width = max(len(p) for p in paths)
+            path = torch.stack([torch.cat([p, torch.arange(len(p), width)]) for p in paths])
+            chain_tokens = torch.cat([last, proposal.tokens], 1).gather(1, path)
+            chain_cache = after_prefix()
+            chain_lprobs = verifier.score(chain_cache, chain_tokens, kept, max_len).all()
+            for r, p in enumerate(paths):
+                torch.testing.assert_close(tree_lprobs[r, p], chain_lprobs[r, :len(p)], rtol=1e-4, atol=1e-5)
+            # keep the path, then one more token: as after the chain pass kept in full
+            path_cache = after_prefix()
+            verifier.score(path_cache, torch.cat([last, proposal.tokens], 1), kept, max_len, tree)
+            path_lengths = torch.tensor([len(p) for p in paths])
+            verifier.rollback(path_cache, kept, path_lengths, k + 1, path)
+            verifier.rollback(chain_cache, kept, path_lengths, width)
+            following = torch.full((rows, 1), 7)
+            after_path = verifier.score(path_cache, following, kept + path_lengths, max_len).all()
+            after_chain = verifier.score(chain_cache, following, kept + path_lengths, max_len).all()
+            torch.testing.assert_close(after_path, after_chain, rtol=1e-4, atol=1e-5)
+
+
+def test_trees_are_refused_where_they_cannot_be_scored():
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=0, layers=1)
+    batch = make_batch(dictionary, [[4, 5, 6]])
+    proposal = Proposal(tokens=torch.tensor([[5, 6]]), lengths=torch.tensor([2]), parents=torch.tensor([[0, 0]]))
+    tree = DraftTree.of(proposal)
+    verifier = FairseqVerifier([model], dictionary, DecodingOptions())
+    with pytest.raises(ValueError, match="--verifier fast"):
+        verifier.score(verifier.start(batch["net_input"], 10), torch.tensor([[2, 5, 6]]), torch.tensor([0]), 10, tree)
+    fast = FastVerifier([model], dictionary, DecodingOptions())
+    with torch.no_grad():
+        scores = fast.score(fast.start(batch["net_input"], 10), torch.tensor([[2, 5, 6]]), torch.tensor([0]), 10, tree)
+    with pytest.raises(ValueError, match="--acceptance exact"):
+        RelaxedAcceptance(in_top_k(2)).accept(proposal, scores, torch.zeros(1))
+    with pytest.raises(ValueError, match="parent must come before"):
+        DraftTree.of(Proposal(tokens=torch.tensor([[5, 6]]), lengths=torch.tensor([2]), parents=torch.tensor([[0, 2]])))
