@@ -53,6 +53,14 @@ def test_drafts_follow_the_most_frequent_continuation_of_the_longest_suffix_foun
     assert proposal.tokens[3, :1].tolist() == [EOS]  # "10 11" only ends a sentence
     assert proposal.tokens[4, :2].tolist() == [13, EOS]  # "12 11" is longer than "11": it decides
 
+    branching = RetrievalDrafter(index, EOS, PAD, max_suffix=8, depth=3, occurrences=256, branches=2)
+    proposal = branching.propose(State([[], [5, 6], [14]]))
+    assert proposal.lengths.tolist() == [6, 4, 0]
+    # from BOS: "5 6 7" (three sentences start with 5), then "4 12 11" (4 and 10 tie: the smaller token)
+    assert proposal.tokens[0].tolist() == [5, 6, 7, 4, 12, 11]
+    assert proposal.parents[0].tolist() == [0, 1, 2, 0, 4, 5]
+    assert proposal.tokens[1, :4].tolist() == [7, EOS, 8, EOS] and proposal.parents[1, :4].tolist() == [0, 1, 0, 3]
+
     shallow = RetrievalDrafter(index, EOS, PAD, max_suffix=1, depth=2, occurrences=1)
     proposal = shallow.propose(State([[5, 6], [10, 11]]))
     assert proposal.lengths.tolist() == [2, 1]  # depth 2, and one sampled occurrence of "6"
@@ -62,8 +70,10 @@ def test_drafts_follow_the_most_frequent_continuation_of_the_longest_suffix_foun
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), eos_bias=st.floats(-1.0, 2.0), noise=st.sampled_from([0.0, 0.3]),
        max_suffix=st.integers(1, 6), depth=st.integers(1, 6), occurrences=st.sampled_from([1, 3, 256]),
+       branches=st.integers(1, 3),
        batch=st.lists(st.lists(st.integers(4, 23), min_size=1, max_size=10), min_size=1, max_size=6))
-def test_retrieval_decoding_is_fairseq_greedy(seed, eos_bias, noise, max_suffix, depth, occurrences, batch):
+def test_retrieval_decoding_is_fairseq_greedy(seed, eos_bias, noise, max_suffix, depth, occurrences, branches,
+                                              batch):
     """The corpus holds the greedy outputs, some with wrong tokens, and random sentences."""
     dictionary = make_dictionary(20)
     model = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias)
@@ -77,7 +87,7 @@ def test_retrieval_decoding_is_fairseq_greedy(seed, eos_bias, noise, max_suffix,
         sentences.append([int(generator.integers(4, 24)) if w else t for t, w in zip(tokens, wrong)])
     sentences += [generator.integers(4, 24, size=generator.integers(1, 12)).tolist() for _ in range(4)]
     drafter = RetrievalDrafter(SuffixIndex.build(corpus(*sentences), max_suffix), EOS, PAD, max_suffix, depth,
-                               occurrences)
+                               occurrences, branches)
     actual, _ = run_engine([model], dictionary, collated, drafter, ExactAcceptance(), max_len_b=30)
     assert_same_hypotheses(expected, actual)
 

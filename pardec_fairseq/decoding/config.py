@@ -91,6 +91,9 @@ class DecodingConfig(FairseqDataclass):
                              "longest one found is continued"})
     retrieval_depth: int = field(
         default=8, metadata={"help": "retrieval: most tokens drafted per pass (a draft also ends at an EOS)"})
+    retrieval_branches: int = field(
+        default=1, metadata={"help": "retrieval: continuations drafted per pass, one for each of the most "
+                             "frequent next tokens, verified together as a tree (needs --verifier fast above 1)"})
     retrieval_occurrences: int = field(
         default=256, metadata={"help": "retrieval: occurrences of the matched suffix (an even sample when there "
                                "are more) among which the most frequent continuation is drafted"})

@@ -10,7 +10,9 @@ starts. Each pass looks up, for every row at once, the longest suffix of the acc
 suffix array, found with ``searchsorted`` over fixed-width byte keys of each suffix's first tokens.
 Within the range the continuations are sorted, so equal continuations are neighbours: the draft
 follows, token by token, the most frequent continuation among (an even sample of) the occurrences,
-up to ``depth`` tokens or an EOS. Drafts only change speed; the verifier keeps fairseq's output.
+up to ``depth`` tokens or an EOS; with ``branches`` above 1, one such continuation after each of the
+most frequent next tokens, verified together as a tree. Drafts only change speed; the verifier keeps
+fairseq's output.
 """
 import logging
 import os
@@ -111,14 +113,15 @@ def _file_stamp(path):
 
 
 class RetrievalDrafter(Drafter):
-    def __init__(self, index: SuffixIndex, eos: int, pad: int, max_suffix: int, depth: int, occurrences: int):
+    def __init__(self, index: SuffixIndex, eos: int, pad: int, max_suffix: int, depth: int, occurrences: int,
+                 branches: int = 1):
         if not 1 <= max_suffix <= index.key_tokens:
             raise ValueError(f"--retrieval-max-suffix must be between 1 and {index.key_tokens} (got {max_suffix})")
-        if depth < 1 or occurrences < 1:
-            raise ValueError(f"--retrieval-depth and --retrieval-occurrences must be at least 1 "
-                             f"(got {depth} and {occurrences})")
+        if min(depth, occurrences, branches) < 1:
+            raise ValueError(f"--retrieval-depth, --retrieval-occurrences and --retrieval-branches must be at "
+                             f"least 1 (got {depth}, {occurrences} and {branches})")
         self.index, self.eos, self.pad = index, eos, pad
-        self.max_suffix, self.depth, self.occurrences = max_suffix, depth, occurrences
+        self.max_suffix, self.depth, self.occurrences, self.branches = max_suffix, depth, occurrences, branches
 
     def propose(self, state) -> Proposal:
         lengths = state.lengths.cpu().numpy()
@@ -129,8 +132,15 @@ class RetrievalDrafter(Drafter):
         tail = tail.cpu().numpy()
         found, lo, hi = self._longest_suffix(tail, lengths + 1)
         draft, drafted = self._follow_most_frequent(found, lo, hi)
+        parents = None
+        if self.branches == 1:
+            draft, drafted = draft[:, 0, :int(drafted.max()) if rows else 0], drafted[:, 0]
+        else:
+            draft, parents, drafted = self._as_tree(draft, drafted)
+            parents = torch.from_numpy(parents).to(state.tokens.device)
         device = state.tokens.device
-        return Proposal(tokens=torch.from_numpy(draft).to(device), lengths=torch.from_numpy(drafted).to(device))
+        return Proposal(tokens=torch.from_numpy(draft).to(device), lengths=torch.from_numpy(drafted).to(device),
+                        parents=parents)
 
     def _longest_suffix(self, tail: np.ndarray, available: np.ndarray):
         """Per row, the length of the longest suffix of ``tail`` (at most ``available`` tokens) found
@@ -149,39 +159,70 @@ class RetrievalDrafter(Drafter):
         return found, np.take_along_axis(lo, at, 1)[:, 0], np.take_along_axis(hi, at, 1)[:, 0]
 
     def _follow_most_frequent(self, found, lo, hi):
-        """Drafts ``[rows, k]`` and their lengths: from each row's occurrences (an even sample of
-        at most ``occurrences`` of them, in suffix-array order), the most frequent next token, then
-        the most frequent after it among the occurrences that had it, up to ``depth`` tokens or EOS."""
-        rows, samples = found.size, self.occurrences
+        """Drafts ``[rows, branches, depth]`` and their lengths ``[rows, branches]``: from each row's
+        occurrences (an even sample of at most ``occurrences`` of them, in suffix-array order), the
+        ``branches`` most frequent next tokens, then after each the most frequent next token among the
+        occurrences that had the branch so far, up to ``depth`` tokens or EOS."""
+        rows, samples, branches = found.size, self.occurrences, self.branches
         count = np.where(found > 0, hi - lo, 0)
         j = np.arange(samples)
         sample = lo[:, None] + np.where(count[:, None] > samples, (j * count[:, None]) // samples, j)
         alive = j[None, :] < count[:, None]
         starts = self.index.suffixes[np.minimum(sample, self.index.suffixes.size - 1)] + found[:, None]
-        windows = self.index.windows(starts.ravel(), self.depth).reshape(rows, samples, self.depth) - 1
         # token ids, -1 past the corpus's end
-        draft = np.full((rows, self.depth), self.pad, dtype=np.int64)
-        drafted = np.zeros(rows, dtype=np.int64)
-        drafting = found > 0
-        flat_rows = np.arange(rows)[:, None] * (samples + 1)
+        windows = self.index.windows(starts.ravel(), self.depth).reshape(rows, samples, self.depth) - 1
+        alive &= windows[:, :, 0] >= 0
+        run, sizes = _runs(windows[:, :, 0], alive)
+        first = np.argsort(-sizes, axis=1, kind="stable")[:, :branches]  # run ids, most frequent first
+        first = np.pad(first, ((0, 0), (0, branches - first.shape[1])))  # more branches than samples: run 0, empty
+        drafting = (np.take_along_axis(sizes, first, 1) > 0).ravel()
+        alive = (alive[:, None, :] & (run[:, None, :] == first[:, :, None])).reshape(rows * branches, samples)
+        windows = np.repeat(windows, branches, axis=0)  # one row per branch from here on
+        every = np.arange(rows * branches)
+        draft = np.full((rows * branches, self.depth), self.pad, dtype=np.int64)
+        drafted = np.zeros(rows * branches, dtype=np.int64)
         for d in range(self.depth):
             column = windows[:, :, d]
-            alive &= column >= 0
-            # the alive occurrences of a row are contiguous and sorted: runs of equal tokens
-            same = np.zeros_like(alive)
-            same[:, 1:] = alive[:, :-1] & (column[:, 1:] == column[:, :-1])
-            run = np.cumsum(alive & ~same, axis=1) * alive
-            sizes = np.bincount((flat_rows + run).ravel(), weights=alive.ravel(), minlength=rows * (samples + 1))
-            sizes = sizes.reshape(rows, samples + 1)
-            sizes[:, 0] = 0
-            best = sizes.argmax(1)
-            drafting &= sizes[np.arange(rows), best] > 0
+            if d > 0:
+                alive &= column >= 0
+                run, sizes = _runs(column, alive)
+                best = sizes.argmax(1)
+                drafting &= sizes[every, best] > 0
+                alive &= run == best[:, None]
             if not drafting.any():
                 break
-            alive &= run == best[:, None]
-            token = column[np.arange(rows), alive.argmax(1)]
+            token = column[every, alive.argmax(1)]
             draft[drafting, d] = token[drafting]
             drafted += drafting
             drafting &= token != self.eos
-        k = int(drafted.max()) if rows else 0
-        return draft[:, :k], drafted
+        return draft.reshape(rows, branches, self.depth), drafted.reshape(rows, branches)
+
+    def _as_tree(self, draft: np.ndarray, drafted: np.ndarray):
+        """Branches ``[rows, branches, depth]`` laid out one after another as a tree proposal: tokens,
+        parents (a branch's first token hangs off the last accepted token) and node counts."""
+        rows, _, depth = draft.shape
+        offsets = np.cumsum(drafted, 1) - drafted  # [rows, branches] each branch's first node
+        nodes = drafted.sum(1)
+        k = int(nodes.max()) if rows else 0
+        d = np.arange(depth)
+        index = np.where(d < drafted[:, :, None], offsets[:, :, None] + d, k)  # column k: nowhere
+        row = np.broadcast_to(np.arange(rows)[:, None, None], index.shape)
+        tokens = np.full((rows, k + 1), self.pad, dtype=np.int64)
+        parents = np.zeros((rows, k + 1), dtype=np.int64)
+        tokens[row, index] = draft
+        # node j sits at pass position j + 1: a node's parent is the node before it in its branch
+        parents[row, index] = np.where(d == 0, 0, offsets[:, :, None] + d)
+        return tokens[:, :k], parents[:, :k], nodes
+
+
+def _runs(column: np.ndarray, alive: np.ndarray):
+    """Runs of equal tokens among each row's alive occurrences (contiguous and sorted): each
+    occurrence's run id (1, 2, ...; 0 when not alive) and each run's size ``[rows, samples + 1]``."""
+    rows, samples = column.shape
+    same = np.zeros_like(alive)
+    same[:, 1:] = alive[:, :-1] & (column[:, 1:] == column[:, :-1])
+    run = np.cumsum(alive & ~same, axis=1) * alive
+    flat = (np.arange(rows)[:, None] * (samples + 1) + run).ravel()
+    sizes = np.bincount(flat, weights=alive.ravel(), minlength=rows * (samples + 1)).reshape(rows, samples + 1)
+    sizes[:, 0] = 0
+    return run, sizes
