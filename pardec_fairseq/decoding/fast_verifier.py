@@ -12,8 +12,8 @@ and computed once per batch. The self-attention
 keys and values of every layer live in a preallocated buffer ``[rows, heads, capacity, head_dim]``;
 a pass writes its new tokens at each row's own positions and each new token attends to the
 columns up to its own position (in a tree: the accepted columns and its ancestors), so a rejected
-chain needs no rollback (the next pass writes over it); only a tree's accepted path moves. Decoders this path does not reproduce are named by
-``fast_path_obstacle`` and decode on the fairseq path.
+chain needs no rollback (the next pass writes over it); only a tree's accepted path moves. Decoders
+this path does not reproduce are named by ``fast_path_obstacle`` and decode on the fairseq path.
 """
 import math
 from dataclasses import dataclass
