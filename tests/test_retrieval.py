@@ -61,6 +61,14 @@ def test_drafts_follow_the_most_frequent_continuation_of_the_longest_suffix_foun
     assert proposal.parents[0].tolist() == [0, 1, 2, 0, 4, 5]
     assert proposal.tokens[1, :4].tolist() == [7, EOS, 8, EOS] and proposal.parents[1, :4].tolist() == [0, 1, 0, 3]
 
+    # "5 6" goes on to 7 in 2 of 3 occurrences, then to EOS in 1 of 2: a share of 0.6 stops before EOS;
+    # from BOS, 5 starts 3 of 5 sentences
+    agreed = RetrievalDrafter(index, EOS, PAD, max_suffix=8, depth=8, occurrences=256, min_share=0.6)
+    proposal = agreed.propose(State([[5, 6], []]))
+    assert proposal.lengths.tolist() == [1, 3] and proposal.tokens[1].tolist() == [5, 6, 7]
+    with pytest.raises(ValueError, match="--retrieval-min-share"):
+        RetrievalDrafter(index, EOS, PAD, max_suffix=8, depth=8, occurrences=256, min_share=1.5)
+
     shallow = RetrievalDrafter(index, EOS, PAD, max_suffix=1, depth=2, occurrences=1)
     proposal = shallow.propose(State([[5, 6], [10, 11]]))
     assert proposal.lengths.tolist() == [2, 1]  # depth 2, and one sampled occurrence of "6"
@@ -70,10 +78,10 @@ def test_drafts_follow_the_most_frequent_continuation_of_the_longest_suffix_foun
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), eos_bias=st.floats(-1.0, 2.0), noise=st.sampled_from([0.0, 0.3]),
        max_suffix=st.integers(1, 6), depth=st.integers(1, 6), occurrences=st.sampled_from([1, 3, 256]),
-       branches=st.integers(1, 3),
+       branches=st.integers(1, 3), min_share=st.sampled_from([0.0, 0.5]),
        batch=st.lists(st.lists(st.integers(4, 23), min_size=1, max_size=10), min_size=1, max_size=6))
 def test_retrieval_decoding_is_fairseq_greedy(seed, eos_bias, noise, max_suffix, depth, occurrences, branches,
-                                              batch):
+                                              min_share, batch):
     """The corpus holds the greedy outputs, some with wrong tokens, and random sentences."""
     dictionary = make_dictionary(20)
     model = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias)
@@ -87,7 +95,7 @@ def test_retrieval_decoding_is_fairseq_greedy(seed, eos_bias, noise, max_suffix,
         sentences.append([int(generator.integers(4, 24)) if w else t for t, w in zip(tokens, wrong)])
     sentences += [generator.integers(4, 24, size=generator.integers(1, 12)).tolist() for _ in range(4)]
     drafter = RetrievalDrafter(SuffixIndex.build(corpus(*sentences), max_suffix), EOS, PAD, max_suffix, depth,
-                               occurrences, branches)
+                               occurrences, branches, min_share)
     actual, _ = run_engine([model], dictionary, collated, drafter, ExactAcceptance(), max_len_b=30)
     assert_same_hypotheses(expected, actual)
 

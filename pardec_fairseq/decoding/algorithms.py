@@ -69,7 +69,7 @@ def retrieval_drafting(cfg, src_dict, tgt_dict, models):
         raise ValueError(f"--retrieval-max-suffix must be at least 1 (got {cfg.retrieval_max_suffix})")
     index = SuffixIndex.for_corpus(cfg.retrieval_corpus, tgt_dict, key_tokens=cfg.retrieval_max_suffix)
     return RetrievalDrafter(index, tgt_dict.eos(), tgt_dict.pad(), cfg.retrieval_max_suffix, cfg.retrieval_depth,
-                            cfg.retrieval_occurrences, cfg.retrieval_branches)
+                            cfg.retrieval_occurrences, cfg.retrieval_branches, cfg.retrieval_min_share)
 
 
 register_algorithm("gad++", acceptance=build_gad_plus_plus_acceptance)(generalized_aggressive_decoding)

@@ -94,6 +94,11 @@ class DecodingConfig(FairseqDataclass):
     retrieval_branches: int = field(
         default=1, metadata={"help": "retrieval: continuations drafted per pass, one for each of the most "
                              "frequent next tokens, verified together as a tree (needs --verifier fast above 1)"})
+    retrieval_min_share: float = field(
+        default=0.5, metadata={"help": "retrieval: a continuation goes on only while its next token follows at "
+                               "least this share of the occurrences that led there (0: to --retrieval-depth); "
+                               "on a CPU, where each drafted token costs, guesses the corpus disagrees on waste "
+                               "more than they win"})
     retrieval_occurrences: int = field(
         default=256, metadata={"help": "retrieval: occurrences of the matched suffix (an even sample when there "
                                "are more) among which the most frequent continuation is drafted"})

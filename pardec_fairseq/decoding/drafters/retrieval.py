@@ -10,7 +10,8 @@ starts. Each pass looks up, for every row at once, the longest suffix of the acc
 suffix array, found with ``searchsorted`` over fixed-width byte keys of each suffix's first tokens.
 Within the range the continuations are sorted, so equal continuations are neighbours: the draft
 follows, token by token, the most frequent continuation among (an even sample of) the occurrences,
-up to ``depth`` tokens or an EOS; with ``branches`` above 1, one such continuation after each of the
+while its next token follows at least ``min_share`` of the occurrences that led there, up to
+``depth`` tokens or an EOS; with ``branches`` above 1, one such continuation after each of the
 most frequent next tokens, verified together as a tree. Drafts only change speed; the verifier keeps
 fairseq's output.
 """
@@ -114,14 +115,17 @@ def _file_stamp(path):
 
 class RetrievalDrafter(Drafter):
     def __init__(self, index: SuffixIndex, eos: int, pad: int, max_suffix: int, depth: int, occurrences: int,
-                 branches: int = 1):
+                 branches: int = 1, min_share: float = 0.0):
         if not 1 <= max_suffix <= index.key_tokens:
             raise ValueError(f"--retrieval-max-suffix must be between 1 and {index.key_tokens} (got {max_suffix})")
         if min(depth, occurrences, branches) < 1:
             raise ValueError(f"--retrieval-depth, --retrieval-occurrences and --retrieval-branches must be at "
                              f"least 1 (got {depth}, {occurrences} and {branches})")
         self.index, self.eos, self.pad = index, eos, pad
+        if not 0.0 <= min_share <= 1.0:
+            raise ValueError(f"--retrieval-min-share must be between 0 and 1 (got {min_share})")
         self.max_suffix, self.depth, self.occurrences, self.branches = max_suffix, depth, occurrences, branches
+        self.min_share = min_share
 
     def propose(self, state) -> Proposal:
         lengths = state.lengths.cpu().numpy()
@@ -162,7 +166,8 @@ class RetrievalDrafter(Drafter):
         """Drafts ``[rows, branches, depth]`` and their lengths ``[rows, branches]``: from each row's
         occurrences (an even sample of at most ``occurrences`` of them, in suffix-array order), the
         ``branches`` most frequent next tokens, then after each the most frequent next token among the
-        occurrences that had the branch so far, up to ``depth`` tokens or EOS."""
+        occurrences that had the branch so far, while it is at least ``min_share`` of them, up to
+        ``depth`` tokens or EOS."""
         rows, samples, branches = found.size, self.occurrences, self.branches
         count = np.where(found > 0, hi - lo, 0)
         j = np.arange(samples)
@@ -175,7 +180,8 @@ class RetrievalDrafter(Drafter):
         run, sizes = _runs(windows[:, :, 0], alive)
         first = np.argsort(-sizes, axis=1, kind="stable")[:, :branches]  # run ids, most frequent first
         first = np.pad(first, ((0, 0), (0, branches - first.shape[1])))  # more branches than samples: run 0, empty
-        drafting = (np.take_along_axis(sizes, first, 1) > 0).ravel()
+        first_sizes = np.take_along_axis(sizes, first, 1)
+        drafting = ((first_sizes > 0) & (first_sizes >= self.min_share * alive.sum(1, keepdims=True))).ravel()
         alive = (alive[:, None, :] & (run[:, None, :] == first[:, :, None])).reshape(rows * branches, samples)
         windows = np.repeat(windows, branches, axis=0)  # one row per branch from here on
         every = np.arange(rows * branches)
@@ -187,7 +193,7 @@ class RetrievalDrafter(Drafter):
                 alive &= column >= 0
                 run, sizes = _runs(column, alive)
                 best = sizes.argmax(1)
-                drafting &= sizes[every, best] > 0
+                drafting &= (sizes[every, best] > 0) & (sizes[every, best] >= self.min_share * alive.sum(1))
                 alive &= run == best[:, None]
             if not drafting.any():
                 break
