@@ -1,6 +1,5 @@
 """The draft -> verify -> accept engine: long accepted drafts, rows that accept different amounts,
 the acceptance rules, and the drafters' proposals on hand-checked cases."""
-import argparse
 import math
 import random
 from types import SimpleNamespace

@@ -3,9 +3,9 @@ encoder-decoder models: draft what followed the output's latest tokens in a corp
 text, with no training.
 
 The corpus (by default the train split's target side) is one token sequence, each sentence
-preceded by EOS, with its suffix array (``pydivsufsort``: 0.06 s for a million tokens). The
-decoder's first input is EOS too, so a short output's suffix, BOS included, only matches at sentence
-starts. Each pass looks up, for every row at once, the longest suffix of the accepted output (up to
+preceded by EOS, with its suffix array (``pydivsufsort``; LibreOffice's 727k train tokens are read
+and indexed in 1.0 s). The decoder's first input is EOS too, so a short output's suffix, BOS
+included, only matches at sentence starts. Each pass looks up, for every row at once, the longest suffix of the accepted output (up to
 ``max_suffix`` tokens) that occurs in the corpus: the occurrences of a pattern are one range of the
 suffix array, found with ``searchsorted`` over fixed-width byte keys of each suffix's first tokens.
 Within the range the continuations are sorted, so equal continuations are neighbours: the draft
@@ -17,10 +17,10 @@ fairseq's output.
 """
 import logging
 import os
-from dataclasses import dataclass
 
 import numpy as np
 import torch
+from fairseq.data import data_utils
 
 from pardec_fairseq.decoding.drafters import Drafter
 from pardec_fairseq.decoding.proposals import Proposal
@@ -38,8 +38,6 @@ def missing_corpus(prefix):
 def corpus_text(prefix, dictionary) -> np.ndarray:
     """The binarized split at ``prefix`` (``.bin``/``.idx``) as one int32 sequence: EOS, then each
     sentence with its EOS."""
-    from fairseq.data import data_utils
-
     dataset = data_utils.load_indexed_dataset(prefix, dictionary)
     if dataset is None:
         raise FileNotFoundError(missing_corpus(prefix))
