@@ -119,19 +119,19 @@ class RetrievalDrafter(Drafter):
         if min(depth, occurrences, branches) < 1:
             raise ValueError(f"--retrieval-depth, --retrieval-occurrences and --retrieval-branches must be at "
                              f"least 1 (got {depth}, {occurrences} and {branches})")
-        self.index, self.eos, self.pad = index, eos, pad
         if not 0.0 <= min_share <= 1.0:
             raise ValueError(f"--retrieval-min-share must be between 0 and 1 (got {min_share})")
+        self.index, self.eos, self.pad = index, eos, pad
         self.max_suffix, self.depth, self.occurrences, self.branches = max_suffix, depth, occurrences, branches
         self.min_share = min_share
 
     def propose(self, state) -> Proposal:
+        device = state.tokens.device
         lengths = state.lengths.cpu().numpy()
         rows, s_max = lengths.size, self.max_suffix
         # the last s_max tokens of each row (BOS included), right-aligned: suffix s is the last s of them
         offsets = lengths[:, None] - s_max + 1 + np.arange(s_max)
-        tail = state.tokens.gather(1, torch.from_numpy(np.maximum(offsets, 0)).to(state.tokens.device))
-        tail = tail.cpu().numpy()
+        tail = state.tokens.gather(1, torch.from_numpy(np.maximum(offsets, 0)).to(device)).cpu().numpy()
         found, lo, hi = self._longest_suffix(tail, lengths + 1)
         draft, drafted = self._follow_most_frequent(found, lo, hi)
         parents = None
@@ -139,8 +139,7 @@ class RetrievalDrafter(Drafter):
             draft, drafted = draft[:, 0, :int(drafted.max()) if rows else 0], drafted[:, 0]
         else:
             draft, parents, drafted = self._as_tree(draft, drafted)
-            parents = torch.from_numpy(parents).to(state.tokens.device)
-        device = state.tokens.device
+            parents = torch.from_numpy(parents).to(device)
         return Proposal(tokens=torch.from_numpy(draft).to(device), lengths=torch.from_numpy(drafted).to(device),
                         parents=parents)
 
