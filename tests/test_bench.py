@@ -15,13 +15,14 @@ from pardec_fairseq.cli.module_profile import PARTS, ModuleProfile
 def test_bench_reports_every_generator(toy_experiment, tmp_path, capsys):
     root = toy_experiment["root"]
     main([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
-          "--algorithms", "greedy", "retrieval", "--max-sentences", "30", "--batch-size", "4",
+          "--algorithms", "greedy", "retrieval", "lookahead", "--max-sentences", "30", "--batch-size", "4",
           "--repetitions", "2", "--references", str(root / "test.tgt"), "--sources", str(root / "test.src"),
           "--gec", "--detok", "space", "--out-dir", str(tmp_path), "--name", "toy"])
     report = json.loads((tmp_path / "toy.json").read_text())
     rows = {row["algorithm"]: row for row in report["results"]}
-    assert set(rows) == {"fairseq-greedy", "fairseq-beam5", "greedy", "retrieval"}
-    assert rows["retrieval"]["identical_to_greedy"] == 1.0 and rows["greedy"]["drafting_share"] == 0.0
+    assert set(rows) == {"fairseq-greedy", "fairseq-beam5", "greedy", "retrieval", "lookahead"}
+    assert rows["retrieval"]["identical_to_greedy"] == rows["lookahead"]["identical_to_greedy"] == 1.0
+    assert rows["greedy"]["drafting_share"] == 0.0 and rows["lookahead"]["drafting_share"] == 1.0
     assert 0.5 < rows["retrieval"]["drafting_share"] <= 1.0 and rows["fairseq-beam5"]["drafting_share"] is None
     assert report["meta"]["sentences"] == 30
     assert rows["greedy"]["identical_to_greedy"] == 1.0 and rows["fairseq-greedy"]["identical_to_greedy"] == 1.0

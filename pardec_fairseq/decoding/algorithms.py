@@ -2,13 +2,15 @@
 input-guided aggressive decoding and the Jacobi family need no extra training; blockwise parallel
 decoding drafts with the heads of a ``blockwise_transformer``, generalized aggressive decoding with
 a trained ``block_nat`` drafter (GAD++: the same drafter, accepting by top-beta within tau);
-retrieval drafting continues the output as target-side text of a corpus did."""
+lookahead decoding verifies the n-grams its Jacobi window produced; retrieval drafting continues
+the output as target-side text of a corpus did."""
 from pardec_fairseq.decoding.acceptance import build_gad_plus_plus_acceptance
 from pardec_fairseq.decoding.drafters import NoDraft
 from pardec_fairseq.decoding.drafters.block_nat import NATBlockDrafter
 from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
 from pardec_fairseq.decoding.drafters.input_copy import InputCopyDrafter
 from pardec_fairseq.decoding.drafters.jacobi import JacobiDrafter
+from pardec_fairseq.decoding.drafters.lookahead import LookaheadDrafter
 from pardec_fairseq.decoding.drafters.retrieval import RetrievalDrafter, SuffixIndex
 from pardec_fairseq.decoding.registry import register_algorithm
 
@@ -57,6 +59,12 @@ def blockwise_parallel_decoding(cfg, src_dict, tgt_dict, models):
 @register_algorithm("gad")
 def generalized_aggressive_decoding(cfg, src_dict, tgt_dict, models):
     return NATBlockDrafter.from_checkpoint(cfg.drafter_path, src_dict, tgt_dict, models[0])
+
+
+@register_algorithm("lookahead")
+def lookahead_decoding(cfg, src_dict, tgt_dict, models):
+    return LookaheadDrafter(src_dict, tgt_dict, cfg.lookahead_window, cfg.lookahead_ngram, cfg.lookahead_guesses,
+                            cfg.lookahead_pool)
 
 
 @register_algorithm("retrieval")

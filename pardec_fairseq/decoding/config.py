@@ -80,6 +80,18 @@ class DecodingConfig(FairseqDataclass):
         metadata={"help": "hybrid-jacobi: output tokens decoded by parallel blocks before it continues one "
                   "token at a time (default: 4 blocks)"},
     )
+    lookahead_window: int = field(
+        default=4, metadata={"help": "lookahead: output positions the Jacobi window guesses ahead of the last "
+                             "accepted token (W)"})
+    lookahead_ngram: int = field(
+        default=3, metadata={"help": "lookahead: length of the n-grams the window produces and the pass verifies "
+                             "(N; the window keeps N - 1 levels of Jacobi iterates)"})
+    lookahead_guesses: int = field(
+        default=4, metadata={"help": "lookahead: pool n-grams starting with the last accepted token verified per "
+                             "pass (G), the most recent first"})
+    lookahead_pool: int = field(
+        default=128, metadata={"help": "lookahead: n-grams from the window kept per sentence, besides the "
+                               "source's; the oldest make room"})
     retrieval_corpus: Optional[str] = field(
         default=None,
         metadata={"help": "retrieval: prefix of a binarized split (PREFIX.bin/.idx, binarized with the target "

@@ -27,6 +27,14 @@ class Drafter:
         pass
 
 
+def source_to_target(src_dict, tgt_dict):
+    """Source token ids -> target token ids by symbol (pad to pad), so drafters that copy the source
+    work with separate dictionaries too; a symbol the target lacks becomes its unknown word."""
+    to_target = torch.tensor([tgt_dict.index(src_dict[i]) for i in range(len(src_dict))])
+    to_target[src_dict.pad()] = tgt_dict.pad()
+    return to_target
+
+
 class NoDraft(Drafter):
     """Nothing to propose: every pass yields the verifier's next token (greedy decoding)."""
 

@@ -16,7 +16,7 @@ same length (0: no budget). The output does not change: a cut draft continues in
 """
 import torch
 
-from pardec_fairseq.decoding.drafters import Drafter
+from pardec_fairseq.decoding.drafters import Drafter, source_to_target
 from pardec_fairseq.decoding.proposals import Proposal
 
 
@@ -33,9 +33,7 @@ class InputCopyDrafter(Drafter):
                              f"(got {pass_tokens})")
         self.min_ngram, self.max_ngram, self.pass_tokens, self.reentry = min_ngram, max_ngram, pass_tokens, reentry
         self.pad = tgt_dict.pad()
-        # source token ids -> target token ids by symbol, so separate dictionaries work too
-        self.to_target = torch.tensor([tgt_dict.index(src_dict[i]) for i in range(len(src_dict))])
-        self.to_target[src_dict.pad()] = self.pad
+        self.to_target = source_to_target(src_dict, tgt_dict)
 
     def begin(self, net_input, max_len):
         src_tokens = net_input["src_tokens"]
