@@ -1,12 +1,17 @@
-"""DDGviz: how Jacobi decoding reaches the greedy output, one picture per sentence.
+"""DDGviz: how Jacobi or lookahead decoding reaches the greedy output, one picture per sentence.
 
-For each chosen sentence it runs a Jacobi algorithm and records every iterate: the verifier's
-prediction at each output position and its probability. It writes
+For each chosen sentence it watches the decoding loop (an observer: nothing is replaced). For a
+Jacobi algorithm it records every iterate, the verifier's prediction at each output position and
+its probability, and writes
 - ``ddg_ID.png``: a heatmap, iteration x position, cell = probability of the iterate's token, a
   dot where the token already equals the greedy output, a frame where it became final;
 - ``ddg_ID.html``: the iterates as text and the decoding dependency graph: each token placed at
   the iteration that fixed it, tokens fixed by the same pass grouped, each linked to the token it
   was conditioned on.
+For lookahead it records each pass's window, the pool n-grams it verified and where each fixed
+token came from (the window, a pool n-gram or the verifier), and writes ``ddg_ID.png`` (tokens at
+the pass that fixed them, coloured by origin) and ``ddg_ID.html`` (the dependency graph and, per
+pass, the window, the n-grams and the tokens fixed).
 """
 import html
 import logging
@@ -20,7 +25,6 @@ import torch
 from pardec_fairseq.cli.bench import load_task_and_models, model_and_data_parser
 from pardec_fairseq.decoding import build_generator
 from pardec_fairseq.decoding.config import DecodingConfig
-from pardec_fairseq.decoding.drafters import Drafter
 
 JACOBI_ALGORITHMS = ["jacobi", "gs-jacobi", "hybrid-jacobi"]
 
@@ -40,33 +44,129 @@ class Trace:
     iterates: List[Iterate] = field(default_factory=list)
 
 
-class TracingDrafter(Drafter):
-    """Wraps a drafter and records, for row 0 of each batch, every iterate the verifier produced."""
+class JacobiTracer:
+    """Records, for row 0, every iterate the verifier produced (an observer of the decoding loop)."""
 
-    reads_all_scores = True  # the trace shows every position
-
-    def __init__(self, inner):
-        self.inner = inner
+    def __init__(self):
         self.trace = Trace()
 
-    def begin(self, net_input, max_len):
-        if net_input["src_tokens"].size(0) != 1:
-            raise ValueError("DDGviz traces one sentence per batch")
-        self.trace = Trace()
-        self.inner.begin(net_input, max_len)
-
-    def propose(self, state):
-        return self.inner.propose(state)
-
-    def update(self, scores, verdict, state):
+    def after_pass(self, state, proposal, scores, verdict):
         probabilities, tokens = scores.all()[0].exp().max(-1)
         self.trace.iterates.append(Iterate(start=int(state.lengths[0]) + 1, tokens=tokens.tolist(),
                                            probabilities=probabilities.tolist(),
                                            kept=int(verdict.accepted[0]) + 1))
-        self.inner.update(scores, verdict, state)
 
-    def keep_rows(self, rows):
-        self.inner.keep_rows(rows)
+
+@dataclass
+class LookaheadPass:
+    """One lookahead pass of row 0: what it verified and what it fixed."""
+
+    window: List[List[int]]  # levels x window tokens, level 0 (the trunk) first
+    guesses: List[List[int]]  # the pool n-grams verified, each as its path of tokens
+    tokens: List[int]  # the tokens the pass fixed: the accepted drafted ones, then the verifier's own
+    origins: List[str]  # where each came from: "window", "pool" or "verifier"
+
+
+class LookaheadTracer:
+    """Records, for row 0, each lookahead pass (an observer of the decoding loop)."""
+
+    def __init__(self, levels, window):
+        self.levels, self.window = levels, window
+        self.passes: List[LookaheadPass] = []
+
+    def after_pass(self, state, proposal, scores, verdict):
+        count, nodes = int(proposal.lengths[0]), self.levels * self.window
+        tokens, parents = proposal.tokens[0, :count].tolist(), proposal.parents[0, :count].tolist()
+        has_child = set(parents[nodes:])
+        guesses = []
+        for position in range(nodes + 1, count + 1):  # the pool's trie: one path per leaf
+            if position not in has_child:
+                path = []
+                while position > 0:
+                    path.append(tokens[position - 1])
+                    position = parents[position - 1]
+                guesses.append(path[::-1])
+        accepted = int(verdict.accepted[0])
+        path = verdict.path[0, 1: accepted + 1].tolist()
+        self.passes.append(LookaheadPass(
+            window=[tokens[level * self.window: (level + 1) * self.window] for level in range(self.levels)],
+            guesses=guesses, tokens=verdict.tokens[0, : accepted + 1].tolist(),
+            origins=["window" if p <= nodes else "pool" for p in path] + ["verifier"]))
+
+
+ORIGIN_COLOURS = {"window": "#f0a030", "pool": "#4a7bd0", "verifier": "#9a9a9a"}
+
+
+def lookahead_fixed(passes: List[LookaheadPass], length: int):
+    """The pass that fixed each of the ``length`` output tokens and the origin of each."""
+    fixed_at, origins = [], []
+    for t, one in enumerate(passes):
+        for origin in one.origins[: length - len(fixed_at)]:
+            fixed_at.append(t)
+            origins.append(origin)
+    return fixed_at, origins
+
+
+def plot_lookahead(passes, labels, path, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    fixed_at, origins = lookahead_fixed(passes, len(labels))
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(labels) + 2), max(3, 0.4 * len(passes) + 1.8)))
+    for position, (t, origin, label) in enumerate(zip(fixed_at, origins, labels)):
+        ax.add_patch(plt.Rectangle((position - 0.5, t - 0.5), 1, 1, color=ORIGIN_COLOURS[origin]))
+        ax.text(position, t, label, ha="center", va="center", fontsize=6, rotation=60)
+    ax.set_xlim(-0.5, len(labels) - 0.5)
+    ax.set_ylim(len(passes) - 0.5, -0.5)
+    ax.set_xticks(range(len(labels)), labels, rotation=70, fontsize=8)
+    ax.set_yticks(range(len(passes)))
+    ax.set_xlabel("output position (greedy output)")
+    ax.set_ylabel("verifier pass")
+    ax.set_title(title, fontsize=9)
+    ax.legend(handles=[Patch(color=colour, label=f"from the {origin}" if origin != "verifier" else "verifier's own")
+                       for origin, colour in ORIGIN_COLOURS.items()], loc="upper right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_lookahead_html(passes, labels, symbol, path, title):
+    fixed_at, origins = lookahead_fixed(passes, len(labels))
+    counts = {origin: origins.count(origin) for origin in ORIGIN_COLOURS}
+
+    def words(tokens):
+        return " ".join(html.escape(symbol(t)) for t in tokens)
+
+    rows = []
+    for t, one in enumerate(passes):
+        fixed = " ".join(f'<span style="background:{ORIGIN_COLOURS[o]}">{html.escape(symbol(tok))}</span>'
+                         for tok, o in zip(one.tokens, one.origins))
+        window = "<br>".join(f"{level}: {words(tokens)}" for level, tokens in enumerate(one.window))
+        guesses = "<br>".join(words(guess) for guess in one.guesses) or "&ndash;"
+        rows.append(f"<tr><th>{t}</th><td>{fixed}</td><td>{window}</td><td>{guesses}</td></tr>")
+    Path(path).write_text(f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>
+body {{ font-family: sans-serif; }} td, th {{ padding: 2px 8px; font-family: monospace; vertical-align: top; }}
+span {{ color: white; padding: 0 2px; }}
+</style></head><body>
+<h2>{html.escape(title)}</h2>
+<p>{len(passes)} verifier passes for {len(labels)} output tokens: {counts["window"]} accepted from the lookahead
+window (its trunk and columns), {counts["pool"]} from pool n-grams, {counts["verifier"]} the verifier's own.</p>
+<h3>Decoding dependency graph</h3>
+<p>Each token sits at the pass that fixed it; a box groups the tokens one pass fixed together.</p>
+{dependency_graph_svg(labels, fixed_at)}
+<h3>Passes</h3>
+<p>Per pass: the tokens it fixed (<span style="background:{ORIGIN_COLOURS["window"]}">window</span>
+<span style="background:{ORIGIN_COLOURS["pool"]}">pool n-gram</span>
+<span style="background:{ORIGIN_COLOURS["verifier"]}">verifier's own</span>), the window it verified
+(level 0 is the trunk; column i of level l guesses the token l after trunk column i) and the pool n-grams
+it verified after the last accepted token.</p>
+<table><tr><th>pass</th><th>fixed</th><th>lookahead window</th><th>pool n-grams</th></tr>{"".join(rows)}</table>
+</body></html>
+""", encoding="utf-8")
 
 
 def iterate_matrix(trace: Trace, output: List[int]):
@@ -180,9 +280,13 @@ equal to the greedy output; red: not yet; grey: accepted before.</p>
 def parse_args(argv=None):
     parser = model_and_data_parser("pardec-ddgviz", __doc__)
     parser.add_argument("--ids", type=int, nargs="+", required=True, help="sentence ids to draw")
-    parser.add_argument("--gen-algo", default="jacobi", choices=JACOBI_ALGORITHMS)
+    parser.add_argument("--gen-algo", default="jacobi", choices=JACOBI_ALGORITHMS + ["lookahead"])
     parser.add_argument("--jacobi-block-size", type=int, default=DecodingConfig.jacobi_block_size)
     parser.add_argument("--jacobi-parallel-length", type=int, default=None)
+    parser.add_argument("--lookahead-window", type=int, default=DecodingConfig.lookahead_window)
+    parser.add_argument("--lookahead-ngram", type=int, default=DecodingConfig.lookahead_ngram)
+    parser.add_argument("--lookahead-guesses", type=int, default=DecodingConfig.lookahead_guesses)
+    parser.add_argument("--lookahead-pool", type=int, default=DecodingConfig.lookahead_pool)
     parser.add_argument("--max-len-a", type=float, default=1.2)
     parser.add_argument("--max-len-b", type=int, default=10)
     parser.add_argument("--out-dir", default="ddgviz")
@@ -196,29 +300,37 @@ def main(argv=None):
     task.load_dataset(args.subset)
     dataset = task.dataset(args.subset)
     tgt_dict = task.target_dictionary
-    decoding = DecodingConfig(jacobi_block_size=args.jacobi_block_size,
-                              jacobi_parallel_length=args.jacobi_parallel_length)
+    decoding = DecodingConfig(**{name: getattr(args, name) for name in (
+        "jacobi_block_size", "jacobi_parallel_length", "lookahead_window", "lookahead_ngram", "lookahead_guesses",
+        "lookahead_pool")})
     generation = Namespace(max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=1, unkpen=0.0,
                            lenpen=1.0, temperature=1.0)
     generator = build_generator(args.gen_algo, models, tgt_dict, generation, decoding,
                                 src_dict=task.source_dictionary)
-    tracer = generator.decoder.drafter = TracingDrafter(generator.decoder.drafter)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for sentence_id in args.ids:
         if not 0 <= sentence_id < len(dataset):
             raise SystemExit(f"error: --ids {sentence_id}: the {args.subset} split has ids 0..{len(dataset) - 1}")
         sample = dataset.collater([dataset[sentence_id]])
+        lookahead = args.gen_algo == "lookahead"
+        tracer = LookaheadTracer(args.lookahead_ngram - 1, args.lookahead_window) if lookahead else JacobiTracer()
+        generator.decoder.observers[:] = [tracer]
         with torch.no_grad():
             output = generator.generate(models, sample)[0][0]["tokens"].tolist()
         labels = [tgt_dict[t] for t in output]
         source = task.source_dictionary.string(sample["net_input"]["src_tokens"][0])
         title = f"{args.gen_algo}, {args.subset} sentence {sentence_id}: {source}"
-        plot_heatmap(tracer.trace, output, labels, out_dir / f"ddg_{sentence_id}.png", title)
-        write_html(tracer.trace, output, labels, lambda t: tgt_dict[t], out_dir / f"ddg_{sentence_id}.html", title)
-        print(f"sentence {sentence_id}: {len(tracer.trace.iterates)} iterations for {len(output)} tokens -> "
-              f"{out_dir}/ddg_{sentence_id}.png, .html")
-
+        png, page = out_dir / f"ddg_{sentence_id}.png", out_dir / f"ddg_{sentence_id}.html"
+        if lookahead:
+            passes = len(tracer.passes)
+            plot_lookahead(tracer.passes, labels, png, title)
+            write_lookahead_html(tracer.passes, labels, lambda t: tgt_dict[t], page, title)
+        else:
+            passes = len(tracer.trace.iterates)
+            plot_heatmap(tracer.trace, output, labels, png, title)
+            write_html(tracer.trace, output, labels, lambda t: tgt_dict[t], page, title)
+        print(f"sentence {sentence_id}: {passes} iterations for {len(output)} tokens -> {png}, .html")
 
 if __name__ == "__main__":
     main()

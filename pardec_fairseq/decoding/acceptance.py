@@ -84,11 +84,11 @@ class ExactAcceptance:
         for depth in depths:
             before = torch.where(tree.depth == depth, before.gather(1, tree.parents) + token_lprobs, before)
         top_scores, top_tokens = fairseq_top_one(lprobs + before.unsqueeze(2))
-        # a drafted token is kept when it is the choice after its parent, within fairseq's length limit
+        # a drafted token is chosen when it is the choice after its parent, within fairseq's length
+        # limit; a node is kept when it and its ancestors are all chosen (position 0 always is)
         chosen = real & top_tokens.gather(1, tree.parents).eq(tokens) & (scores.steps <= scores.max_len)
-        kept = positions.eq(0).expand(rows, n)
-        for depth in depths:
-            kept = torch.where(tree.depth == depth, chosen & kept.gather(1, tree.parents), kept)
+        chosen[:, 0] = True
+        kept = ~(tree.sees & ~chosen.unsqueeze(1)).any(2)
         deepest = torch.where(kept, tree.depth * n + (n - 1 - positions), -1).argmax(1)
         accepted = tree.depth.gather(1, deepest.unsqueeze(1)).squeeze(1)
         on_path = tree.sees[torch.arange(rows, device=tokens.device), deepest]

@@ -96,6 +96,9 @@ class DraftVerifyDecoder:
     def __init__(self, verifier, drafter, acceptance, tgt_dict, options):
         self.verifier, self.drafter, self.acceptance, self.options = verifier, drafter, acceptance, options
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
+        # tools watch the loop through objects with ``after_pass(state, proposal, scores, verdict)``,
+        # called once the pass is accepted and before the output advances
+        self.observers = []
 
     def decode(self, sample, bos_token=None) -> List[DecodedSentence]:
         with self.verifier.decoding():
@@ -119,6 +122,8 @@ class DraftVerifyDecoder:
             if self.drafter.reads_all_scores:
                 scores.all()
             verdict = self.acceptance.accept(proposal, scores, state.last_cumulative())
+            for observer in self.observers:
+                observer.after_pass(state, proposal, scores, verdict)
             verifier.rollback(cache, state.lengths, verdict.accepted + 1, n, verdict.path)
             self.drafter.update(scores, verdict, state)
             done, output_lengths = state.advance(proposal, verdict, self.eos)
