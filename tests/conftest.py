@@ -12,6 +12,18 @@ REPO = Path(__file__).resolve().parents[1]
 USER_DIR = str(REPO / "pardec_fairseq")
 
 
+SLOW_FIXTURES = {"toy_experiment"}  # a model trained through fairseq-train in a subprocess
+
+
+def pytest_collection_modifyitems(items):
+    """Tests that train a model or run commands in subprocesses are ``slow``: ``pytest -m "not slow"``
+    checks the engine, the drafters and the verifier in about two minutes; ``scripts/test.sh`` runs
+    everything."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def load_example_module(recipe, name="extract_pairs"):
     """A recipe's Python script (examples/RECIPE/NAME.py) as a module, for its unit tests."""
     spec = importlib.util.spec_from_file_location(f"{recipe}_{name}", REPO / "examples" / recipe / f"{name}.py")

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import torch
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary, data_utils
@@ -13,6 +14,8 @@ from omegaconf import OmegaConf
 
 from conftest import REPO, TINY_TRANSFORMER, USER_DIR
 from pardec_fairseq.checkpoint_safety import allow_fairseq_checkpoints
+
+pytestmark = pytest.mark.slow  # every test here runs a script in a subprocess
 
 
 def free_port():
