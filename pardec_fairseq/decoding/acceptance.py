@@ -15,14 +15,19 @@ def drafted_mask(proposal: Proposal):
     return torch.arange(proposal.tokens.size(1), device=proposal.tokens.device) < proposal.lengths.unsqueeze(1)
 
 
-def fairseq_top_one(scores):
+def fairseq_top_one(scores, matters=None):
     """The best score and token over the last dimension, as fairseq's beam search with beam 1 picks
     them: the first of ``topk(k=2)``. ``max`` finds the same one whenever the best score is unique
-    and costs a fraction of ``topk`` over a vocabulary (5 us against 70 on a CPU); ties go to ``topk``."""
+    and costs a fraction of ``topk`` over a vocabulary (5 us against 70 on a CPU); the tied positions
+    go to ``topk``, those of them where ``matters`` holds when it is given (a position after a drafted
+    token scored -inf is all -inf, a tie, but never reached)."""
     values, indices = scores.max(-1)
-    if bool(scores.eq(values.unsqueeze(-1)).sum(-1).gt(1).any()):
-        values, indices = torch.topk(scores, k=min(2, scores.size(-1) - 1))
-        values, indices = values[..., 0], indices[..., 0]
+    tied = scores.eq(values.unsqueeze(-1)).sum(-1).gt(1)
+    if matters is not None:
+        tied &= matters
+    if bool(tied.any()):
+        top_values, top_indices = torch.topk(scores[tied], k=min(2, scores.size(-1) - 1))
+        values[tied], indices[tied] = top_values[:, 0], top_indices[:, 0]
     return values, indices
 
 
@@ -83,7 +88,10 @@ class ExactAcceptance:
         depths = range(1, int(tree.depth.max()) + 1)
         for depth in depths:
             before = torch.where(tree.depth == depth, before.gather(1, tree.parents) + token_lprobs, before)
-        top_scores, top_tokens = fairseq_top_one(lprobs + before.unsqueeze(2))
+        # filler, and a path through a drafted token scored -inf, are never kept (unless fairseq's own
+        # score is -inf)
+        reachable = real & (before.isfinite() | cumulative_before.isinf().unsqueeze(1))
+        top_scores, top_tokens = fairseq_top_one(lprobs + before.unsqueeze(2), reachable)
         # a drafted token is chosen when it is the choice after its parent, within fairseq's length
         # limit; a node is kept when it and its ancestors are all chosen (position 0 always is)
         chosen = real & top_tokens.gather(1, tree.parents).eq(tokens) & (scores.steps <= scores.max_len)
@@ -114,13 +122,16 @@ class ExactAcceptance:
             needed = torch.arange(start, stop, device=lengths.device) <= lengths.unsqueeze(1)
         lprobs = scores.span(start, stop, active, needed)  # [rows, stop - start, vocab]
         before = running.unsqueeze(1)  # fairseq's score before each position if the draft so far is kept
+        reachable = None
         if draft.size(1) > 0:
             draft_lprobs = lprobs[:, :draft.size(1)].gather(2, draft.unsqueeze(2)).squeeze(2)
             steps = [running]
             for j in range(lprobs.size(1) - 1):
                 steps.append(steps[-1] + draft_lprobs[:, j])
             before = torch.stack(steps, 1)
-        top_scores, top_tokens = fairseq_top_one(lprobs + before.unsqueeze(2))
+            # positions past a row's draft, or after a drafted token scored -inf, are never reached
+            reachable = needed & (before.isfinite() | running.isinf().unsqueeze(1))
+        top_scores, top_tokens = fairseq_top_one(lprobs + before.unsqueeze(2), reachable)
         if draft.size(1) == 0:
             return top_scores, top_tokens, torch.zeros_like(lengths)
         drafted = torch.arange(start, start + draft.size(1), device=lengths.device) < lengths.unsqueeze(1)
