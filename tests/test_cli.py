@@ -136,3 +136,26 @@ def test_relaxed_acceptance_flags_reach_the_generator(toy_experiment, tmp_path):
     with pytest.raises(AssertionError, match="--acceptance-top-k must be at least 1"):
         generate(toy_experiment, "--task", "translation_pardec", "--gen-algo", "iad", "--acceptance", "top-k",
                  "--acceptance-top-k", 0)
+
+
+def test_the_hub_interface_decodes_with_the_checkpoints_gen_algo_and_an_override(toy_experiment, tmp_path):
+    """``from_pretrained(..., user_dir=...)`` on a checkpoint trained with the plugin's task builds the
+    plugin's generator (its ``--gen-algo``, or one passed as an override), with fairseq greedy's output."""
+    from fairseq.models.transformer import TransformerModel
+
+    from pardec_fairseq.decoding.generator import ParallelDecodingGenerator
+
+    run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
+                "--gen-algo", "iad", "--save-dir", tmp_path, *TINY_TRANSFORMER, "--max-update", 3)
+    sources = ["s1 s2 s3", "s4", "s5 s6 s7 s8 s9"]
+    outputs = {}
+    for gen_algo in (None, "lookahead", "fairseq"):
+        overrides = {} if gen_algo is None else {"gen_algo": gen_algo}
+        hub = TransformerModel.from_pretrained(str(tmp_path), "checkpoint_last.pt", str(toy_experiment["data"]),
+                                               user_dir=USER_DIR, **overrides)
+        generator = hub.task.build_generator(hub.models, hub.cfg.generation)
+        assert isinstance(generator, ParallelDecodingGenerator) == (gen_algo != "fairseq")
+        assert gen_algo == "fairseq" or generator.algorithm == (gen_algo or "iad")
+        outputs[gen_algo] = hub.translate(sources, beam=1, max_len_b=10)
+    assert outputs[None] == outputs["lookahead"] == outputs["fairseq"]
+    assert all(outputs[None])
