@@ -92,6 +92,7 @@ class _Product:
         return cls(torch.cat(weights, 1), bias)
 
     def numpy_apply(self, x: np.ndarray) -> np.ndarray:
+        """The product of one numpy row (CPU, float32)."""
         out = x @ self.numpy_weight
         if self.numpy_bias is not None:
             out += self.numpy_bias
@@ -256,7 +257,6 @@ class _NumpyRowStep:
             norms = [_NumpyNorm(norm.module) for norm in (layer.self_norm, layer.ffn_norm)]
             enc_norm = _NumpyNorm(layer.enc_norm.module) if layer.encoder_attention else None
             self.layers.append((layer, norms[0], enc_norm, norms[1]))
-        self.relu = decoder.layers[0].activation is F.relu
         norms = (decoder.decoder.layernorm_embedding, decoder.decoder.layer_norm)
         self.embedding_norm, self.final_norm = (None if m is None else _NumpyNorm(m) for m in norms)
 
@@ -301,7 +301,7 @@ class _NumpyRowStep:
             x = self._post(x + layer.enc_out.numpy_apply(h), enc_norm, layer.enc_norm.before)
         h = ffn_norm(x) if layer.ffn_norm.before else x
         h = layer.fc1.numpy_apply(h)
-        h = np.maximum(h, 0, out=h) if self.relu else layer.activation(torch.from_numpy(h)).numpy()
+        h = np.maximum(h, 0, out=h) if layer.activation is F.relu else layer.activation(torch.from_numpy(h)).numpy()
         return self._post(x + layer.fc2.numpy_apply(h), ffn_norm, layer.ffn_norm.before)
 
     @staticmethod
