@@ -16,9 +16,9 @@ SLOW_FIXTURES = {"toy_experiment"}  # a model trained through fairseq-train in a
 
 
 def pytest_collection_modifyitems(items):
-    """Tests that train a model or run commands in subprocesses are ``slow``: ``pytest -m "not slow"``
-    checks the engine, the drafters and the verifier in about two minutes; ``scripts/test.sh`` runs
-    everything."""
+    """Tests that train a model or run commands in subprocesses are ``slow`` (as are those marked so
+    themselves): ``pytest -m "not slow"`` checks the engine, the drafters and the verifier in under a
+    minute; ``scripts/test.sh`` runs everything."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)

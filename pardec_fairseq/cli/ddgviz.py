@@ -332,5 +332,6 @@ def main(argv=None):
             write_html(tracer.trace, output, labels, lambda t: tgt_dict[t], page, title)
         print(f"sentence {sentence_id}: {passes} iterations for {len(output)} tokens -> {png}, .html")
 
+
 if __name__ == "__main__":
     main()
