@@ -275,10 +275,9 @@ class _NumpyRowStep:
         if self.embedding_norm is not None:
             x = self.embedding_norm(x)
         cache.reserve(column + 1)
-        enc_hidden = None if cache.enc_mask is None else cache.enc_mask[0, 0, 0].numpy()
-        for i, (layer, self_norm, enc_norm, ffn_norm) in enumerate(self.layers):
-            x = self._layer(layer, self_norm, enc_norm, ffn_norm, x, cache.buffers[i, 0, 0].numpy(),
-                            cache.buffers[i, 1, 0].numpy(), column, cache.enc_keys[i], cache.enc_values[i],
+        views, enc_hidden = cache.one_row_views()
+        for (layer, self_norm, enc_norm, ffn_norm), (keys, values, enc_keys, enc_values) in zip(self.layers, views):
+            x = self._layer(layer, self_norm, enc_norm, ffn_norm, x, keys, values, column, enc_keys, enc_values,
                             enc_hidden)
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -297,7 +296,7 @@ class _NumpyRowStep:
         if enc_norm is not None:
             h = enc_norm(x) if layer.enc_norm.before else x
             q = layer.enc_q.numpy_apply(h).reshape(heads, head_dim)
-            h = _numpy_attend(q, enc_keys[0].numpy(), enc_values[0].numpy(), enc_hidden)
+            h = _numpy_attend(q, enc_keys, enc_values, enc_hidden)
             x = self._post(x + layer.enc_out.numpy_apply(h), enc_norm, layer.enc_norm.before)
         h = ffn_norm(x) if layer.ffn_norm.before else x
         h = layer.fc1.numpy_apply(h)
@@ -382,6 +381,19 @@ class FastCache:
     enc_keys: List[Optional[Tensor]]  # per layer [rows, heads, src, head_dim]
     enc_values: List[Optional[Tensor]]
     enc_mask: Optional[Tensor]  # [rows, 1, 1, src]: True at source padding
+    # numpy views of a one-row batch's buffers for the row step, made once (buffers change only when
+    # they grow or rows leave)
+    row_views: Optional[tuple] = None
+
+    def one_row_views(self):
+        """``(per layer (keys, values, enc_keys, enc_values), enc_hidden)`` as numpy views of row 0."""
+        if self.row_views is None:
+            layers = [(self.buffers[i, 0, 0].numpy(), self.buffers[i, 1, 0].numpy(),
+                       None if self.enc_keys[i] is None else self.enc_keys[i][0].numpy(),
+                       None if self.enc_values[i] is None else self.enc_values[i][0].numpy())
+                      for i in range(self.buffers.size(0))]
+            self.row_views = (layers, None if self.enc_mask is None else self.enc_mask[0, 0, 0].numpy())
+        return self.row_views
 
     def reserve(self, columns: int):
         """Room for ``columns`` columns: a pass's filler, or a tree's nodes near the end of the output,
@@ -391,6 +403,7 @@ class FastCache:
             shape = list(self.buffers.shape)
             shape[4] = missing
             self.buffers = torch.cat([self.buffers, self.buffers.new_zeros(shape)], 4)
+            self.row_views = None
 
     def keep_path(self, valid: Tensor, path: Tensor):
         """Move the keys and values of each row's kept pass positions ``path`` (``[rows, m]``, from
@@ -402,6 +415,7 @@ class FastCache:
         self.buffers.scatter_(4, target.expand_as(index), self.buffers.gather(4, index))
 
     def keep_rows(self, rows: Tensor):
+        self.row_views = None
         self.buffers = self.buffers[:, :, rows]
         self.enc_keys = [None if k is None else k[rows] for k in self.enc_keys]
         self.enc_values = [None if v is None else v[rows] for v in self.enc_values]
