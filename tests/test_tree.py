@@ -1,5 +1,6 @@
 """Several drafts in one pass: a tree per row, scored with ancestor-only attention, its longest
 accepted path kept. Trees give fairseq's greedy output and the scores of separate chain passes."""
+import argparse
 import math
 import random
 
@@ -8,6 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pardec_fairseq.decoding import DecodingConfig, build_generator
 from pardec_fairseq.decoding.acceptance import ExactAcceptance, RelaxedAcceptance, in_top_k
 from pardec_fairseq.decoding.drafters import Drafter
 from pardec_fairseq.decoding.fairseq_verifier import FairseqVerifier
@@ -15,7 +17,8 @@ from pardec_fairseq.decoding.fast_verifier import FastVerifier
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.proposals import DraftTree, Proposal
 from test_engine import run_engine
-from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one
+from test_retrieval import write_split
+from test_lossless_matches_fairseq import GENERATION_DEFAULTS, assert_same_hypotheses, fairseq_beam_one
 from tiny import build_transformer, make_batch, make_dictionary
 
 
@@ -142,3 +145,17 @@ def test_trees_are_refused_where_they_cannot_be_scored():
         RelaxedAcceptance(in_top_k(2)).accept(proposal, scores, torch.zeros(1))
     with pytest.raises(ValueError, match="parent must come before"):
         DraftTree.of(Proposal(tokens=torch.tensor([[5, 6]]), lengths=torch.tensor([2]), parents=torch.tensor([[0, 2]])))
+
+
+@pytest.mark.parametrize("algorithm, options", [("lookahead", {}), ("retrieval", {"retrieval_branches": 2})])
+def test_tree_drafting_algorithms_are_refused_on_the_fairseq_path_at_start(algorithm, options, tmp_path):
+    """Not at the first pass: the generator is never built."""
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=0, layers=1)
+    corpus = tmp_path / "train.src-tgt.tgt"
+    write_split(str(corpus), [[5, 6, 7]])
+    config = DecodingConfig(verifier="fairseq", retrieval_corpus=str(corpus), **options)
+    generation = argparse.Namespace(**GENERATION_DEFAULTS)
+    with pytest.raises(ValueError, match=f"--gen-algo {algorithm} verifies several drafts per pass as a tree"):
+        build_generator(algorithm, [model], dictionary, generation, config)
+    build_generator(algorithm, [model], dictionary, generation, DecodingConfig(retrieval_corpus=str(corpus), **options))

@@ -59,5 +59,9 @@ def build_generator(algorithm, models, tgt_dict, generation_args, task_cfg, stat
     verifier = build_verifier(getattr(cfg.verifier, "value", cfg.verifier), models, tgt_dict, options)
     acceptance = registered.build_acceptance(cfg)
     drafter = registered.build_drafter(cfg, src_dict if src_dict is not None else tgt_dict, tgt_dict, models)
+    if drafter.drafts_trees and isinstance(verifier, FairseqVerifier):
+        raise ValueError(f"--gen-algo {algorithm} verifies several drafts per pass as a tree, which only --verifier "
+                         f"fast scores: drop --verifier fairseq (or, for a model the fast path does not reproduce, "
+                         f"see the notice above, use another --gen-algo)")
     decoder = DraftVerifyDecoder(verifier, drafter, acceptance, tgt_dict, options)
     return ParallelDecodingGenerator(algorithm, decoder, tgt_dict, options, stats_path)

@@ -13,6 +13,8 @@ class Drafter:
     # whether ``update`` reads the scores of every drafted position: the verifier then projects
     # them all in one go instead of only as far as the acceptance rule looks
     reads_all_scores = False
+    # whether proposals are trees (several branches per row), which only the fast verifier scores
+    drafts_trees = False
 
     def begin(self, net_input, max_len):
         pass

@@ -26,6 +26,7 @@ from pardec_fairseq.decoding.proposals import Proposal
 
 class LookaheadDrafter(Drafter):
     reads_all_scores = True  # the window's top nodes and the acceptance's nodes are projected in one go
+    drafts_trees = True
 
     def __init__(self, src_dict, tgt_dict, window: int, ngram: int, guesses: int, pool: int):
         if window < 1 or ngram < 2 or guesses < 0 or pool < 0:

@@ -123,6 +123,7 @@ class RetrievalDrafter(Drafter):
             raise ValueError(f"--retrieval-min-share must be between 0 and 1 (got {min_share})")
         self.index, self.eos, self.pad = index, eos, pad
         self.max_suffix, self.depth, self.occurrences, self.branches = max_suffix, depth, occurrences, branches
+        self.drafts_trees = branches > 1
         self.min_share = min_share
 
     def propose(self, state) -> Proposal:
