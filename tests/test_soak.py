@@ -16,6 +16,7 @@ from pardec_fairseq.decoding.drafters.block_nat import NATBlockDrafter
 from pardec_fairseq.decoding.drafters.retrieval import RetrievalDrafter, SuffixIndex
 from test_block_nat import build_block_nat
 from test_lossless_matches_fairseq import GENERATION_DEFAULTS, model_for
+from test_retrieval import corpus
 from tiny import make_batch, make_dictionary
 
 SENTENCES, WARM_UP, BATCH = 10_000, 2_000, 32
@@ -36,8 +37,7 @@ def drafter_and_acceptance(algorithm, dictionary):
         return drafter, acceptance
     if algorithm == "retrieval":
         generator = np.random.default_rng(0)
-        text = np.concatenate([[dictionary.eos()]] + [np.append(generator.integers(4, 24, size=8), dictionary.eos())
-                                                        for _ in range(200)]).astype(np.int32)
+        text = corpus(*(generator.integers(4, 24, size=8).tolist() for _ in range(200)))
         return RetrievalDrafter(SuffixIndex.build(text, 8), dictionary.eos(), dictionary.pad(), 8, 8, 256), None
     return None, None
 

@@ -31,6 +31,13 @@ def fairseq_top_one(scores, matters=None):
     return values, indices
 
 
+def reachable(before, start):
+    """Positions a kept path can reach, from fairseq's running score ``before`` each one and at the
+    pass's start: after a drafted token scored -inf nothing is kept (unless fairseq's own score is
+    -inf already), so the all -inf rows there, ties for ``fairseq_top_one``, need no ``topk``."""
+    return before.isfinite() | start.isinf().unsqueeze(1)
+
+
 class ExactAcceptance:
     """Keep drafted tokens while they equal the verifier's greedy choice (lossless).
 
@@ -88,10 +95,9 @@ class ExactAcceptance:
         depths = range(1, int(tree.depth.max()) + 1)
         for depth in depths:
             before = torch.where(tree.depth == depth, before.gather(1, tree.parents) + token_lprobs, before)
-        # filler, and a path through a drafted token scored -inf, are never kept (unless fairseq's own
-        # score is -inf)
-        reachable = real & (before.isfinite() | cumulative_before.isinf().unsqueeze(1))
-        top_scores, top_tokens = fairseq_top_one(lprobs + before.unsqueeze(2), reachable)
+        # filler is never kept either
+        top_scores, top_tokens = fairseq_top_one(lprobs + before.unsqueeze(2),
+                                                 real & reachable(before, cumulative_before))
         # a drafted token is chosen when it is the choice after its parent, within fairseq's length
         # limit; a node is kept when it and its ancestors are all chosen (position 0 always is)
         chosen = real & top_tokens.gather(1, tree.parents).eq(tokens) & (scores.steps <= scores.max_len)
@@ -122,16 +128,15 @@ class ExactAcceptance:
             needed = torch.arange(start, stop, device=lengths.device) <= lengths.unsqueeze(1)
         lprobs = scores.span(start, stop, active, needed)  # [rows, stop - start, vocab]
         before = running.unsqueeze(1)  # fairseq's score before each position if the draft so far is kept
-        reachable = None
+        matters = None
         if draft.size(1) > 0:
             draft_lprobs = lprobs[:, :draft.size(1)].gather(2, draft.unsqueeze(2)).squeeze(2)
             steps = [running]
             for j in range(lprobs.size(1) - 1):
                 steps.append(steps[-1] + draft_lprobs[:, j])
             before = torch.stack(steps, 1)
-            # positions past a row's draft, or after a drafted token scored -inf, are never reached
-            reachable = needed & (before.isfinite() | running.isinf().unsqueeze(1))
-        top_scores, top_tokens = fairseq_top_one(lprobs + before.unsqueeze(2), reachable)
+            matters = needed & reachable(before, running)  # positions past a row's draft are never reached
+        top_scores, top_tokens = fairseq_top_one(lprobs + before.unsqueeze(2), matters)
         if draft.size(1) == 0:
             return top_scores, top_tokens, torch.zeros_like(lengths)
         drafted = torch.arange(start, start + draft.size(1), device=lengths.device) < lengths.unsqueeze(1)
