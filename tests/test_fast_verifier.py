@@ -1,5 +1,6 @@
-"""The fast verifier path gives fairseq's numbers on every option stock transformer checkpoints carry,
-falls back to the fairseq path (with a notice) for the rest, and follows weights that training changes."""
+"""The fast verifier path (decoder and encoder) gives fairseq's numbers on every option stock
+transformer checkpoints carry, falls back to the fairseq path (with a notice) for the rest, and
+follows weights that training changes."""
 import argparse
 import logging
 
@@ -10,9 +11,11 @@ from hypothesis import strategies as st
 
 from pardec_fairseq.decoding import DecodingConfig, build_generator
 from pardec_fairseq.decoding.fairseq_verifier import FairseqVerifier
+from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
 from pardec_fairseq.decoding.fast_verifier import FastVerifier, _NumpyRowStep
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.registry import build_verifier
+from pardec_fairseq.models.decoder_steps import encoder_states
 from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin, sentences
 from tiny import build_transformer, make_batch, make_dictionary
 
@@ -138,6 +141,39 @@ def test_options_the_fast_path_does_not_reproduce_decode_on_the_fairseq_path(opt
         verifier = build_verifier("fast", [model], dictionary, DecodingOptions())
     assert isinstance(verifier, FairseqVerifier)
     assert f"--verifier fast does not reproduce models with {flag}: decoding on the fairseq path" in caplog.text
+    actual, _ = plugin("greedy", [model], dictionary, collated, max_len_b=15)
+    assert_same_hypotheses(fairseq_beam_one([model], dictionary, collated, max_len_b=15), actual)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(architecture=architectures, seed=st.integers(0, 10_000), layers=st.integers(1, 3),
+       heads=st.sampled_from([1, 2, 4]), batch=sentences, left_pad=st.booleans())
+def test_the_fast_encoder_computes_what_fairseqs_encoder_computes(architecture, seed, layers, heads, batch, left_pad):
+    """Every state, padded positions included, and the padding mask (``None`` when nothing is padded)."""
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=seed, layers=layers, heads=heads, **architecture)
+    net_input = make_batch(dictionary, batch, left_pad_source=left_pad)["net_input"]
+    assert fast_encoder_obstacle(model.encoder) is None
+    with torch.no_grad():
+        reference, reference_padding = encoder_states(model.encoder(**net_input))
+        states, padding = FastEncoder(model.encoder)(net_input["src_tokens"])
+    torch.testing.assert_close(states, reference.transpose(0, 1), rtol=1e-5, atol=1e-5)
+    if reference_padding.any():
+        assert torch.equal(padding, reference_padding)
+    else:
+        assert padding is None
+
+
+def test_an_encoder_the_fast_path_does_not_reproduce_runs_through_fairseq(caplog):
+    """The decoder stays on the fast path; only the encoder runs through fairseq's module."""
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=4, eos_bias=1.0, share_all_embeddings=False)
+    model.encoder.embed_tokens = ScaledEmbedding(model.encoder.embed_tokens)
+    collated = make_batch(dictionary, [[4, 5, 6], [7, 8]])
+    with caplog.at_level(logging.INFO):
+        verifier = build_verifier("fast", [model], dictionary, DecodingOptions())
+    assert isinstance(verifier, FastVerifier) and verifier.fast_encoders == [None]
+    assert "the fast path runs fairseq's own encoder for a model with ScaledEmbedding source embeddings" in caplog.text
     actual, _ = plugin("greedy", [model], dictionary, collated, max_len_b=15)
     assert_same_hypotheses(fairseq_beam_one([model], dictionary, collated, max_len_b=15), actual)
 

@@ -6,7 +6,7 @@ arithmetic, yet fairseq's modules spend more time in Python, ``nn.Module`` calls
 allocations than in the matrix products (issue 13: 5.5 ms per token through fairseq against 2.3 ms
 for a plain step). Here each decoder's weights are re-laid once per generator (again when
 ``refresh`` is called, e.g. at each validation during training): matrices ``(in, out)``-contiguous
-for the matrix library that is fastest for the product at hand (``_Product``), the self-attention's
+for the matrix library that is fastest for the product at hand (``Product``), the self-attention's
 q/k/v fused into one product with the query scaling folded into q, the encoder-attention's k/v fused
 and computed once per batch. The self-attention
 keys and values of every layer live in a preallocated buffer ``[rows, heads, capacity, head_dim]``;
@@ -15,6 +15,7 @@ columns up to its own position (in a tree: the accepted columns and its ancestor
 chain needs no rollback (the next pass writes over it); only a tree's accepted path moves. Decoders
 this path does not reproduce are named by ``fast_path_obstacle`` and decode on the fairseq path.
 """
+import logging
 import math
 from dataclasses import dataclass
 from typing import List, Optional
@@ -27,9 +28,13 @@ from fairseq.models.transformer import TransformerDecoderBase
 from fairseq.modules import SinusoidalPositionalEmbedding
 from torch import Tensor
 
+from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
+from pardec_fairseq.decoding.fast_ops import Norm, Product, attend, layer_norm
 from pardec_fairseq.decoding.proposals import DraftTree
 from pardec_fairseq.decoding.verifier import Verifier, VerifierScores, embed_positions
 from pardec_fairseq.models.decoder_steps import encoder_states
+
+logger = logging.getLogger(__name__)
 
 
 def fast_path_obstacle(decoder) -> Optional[str]:
@@ -59,132 +64,48 @@ def fast_path_obstacle(decoder) -> Optional[str]:
     return None
 
 
-class _Product:
-    """``x @ weight + bias`` over the last dimension of ``x``, with ``weight`` ``(in, out)``-contiguous.
-
-    On a CPU in float32 the library is chosen by the rows of ``x``, as measured on this project's AMD
-    CPU (the 19 products of a 3-layer d-256 decoder step, one thread): one row through numpy's BLAS
-    (OpenBLAS gemv, 1.1 ms against 1.4 for torch's MKL ``addmm``), several through oneDNN with the
-    weight packed once (8 rows 2.0 ms against 3.5 for OpenBLAS and 4.1 for MKL), so the CPU keeps two
-    copies of the decoder's matrices. Elsewhere ``addmm``."""
-
-    def __init__(self, weight: Tensor, bias: Optional[Tensor]):
-        self.weight, self.bias = weight.contiguous(), bias
-        self.uses_numpy = weight.device.type == "cpu" and weight.dtype == torch.float32
-        self.packed = None
-        if self.uses_numpy:
-            self.numpy_weight = self.weight.numpy()
-            self.numpy_bias = None if bias is None else bias.numpy()
-            if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
-                self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.t().contiguous(), 8)
-
-    @classmethod
-    def of(cls, *linears: torch.nn.Linear, scale_first: float = 1.0) -> "_Product":
-        """The products of ``linears`` side by side (the outputs one after the other: q, k and v in one),
-        the first one's output multiplied by ``scale_first`` (the query scaling)."""
-        weights, biases = [], []
-        for i, linear in enumerate(linears):
-            scale = scale_first if i == 0 else 1.0
-            weights.append(linear.weight.detach().t() * scale)
-            biases.append(None if linear.bias is None else linear.bias.detach() * scale)
-        bias = None
-        if any(b is not None for b in biases):
-            bias = torch.cat([w.new_zeros(w.size(1)) if b is None else b for w, b in zip(weights, biases)])
-        return cls(torch.cat(weights, 1), bias)
-
-    def numpy_apply(self, x: np.ndarray) -> np.ndarray:
-        """The product of one numpy row (CPU, float32)."""
-        out = x @ self.numpy_weight
-        if self.numpy_bias is not None:
-            out += self.numpy_bias
-        return out
-
-    def __call__(self, x: Tensor) -> Tensor:
-        flat = x.reshape(-1, x.size(-1))
-        if self.uses_numpy and flat.size(0) == 1:
-            out = torch.from_numpy(self.numpy_apply(flat.numpy()))
-        elif self.packed is not None:
-            out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
-        elif self.bias is None:
-            out = flat @ self.weight
-        else:
-            out = torch.addmm(self.bias, flat, self.weight)
-        return out.view(*x.shape[:-1], out.size(1))
-
-
-def _layer_norm(x: Tensor, module) -> Tensor:
-    return F.layer_norm(x, module.normalized_shape, module.weight, module.bias, module.eps)
-
-
-@dataclass
-class _Norm:
-    """Where a sub-block's layer norm goes: before it (pre-norm) or after the residual (post-norm)."""
-
-    module: torch.nn.Module
-    before: bool
-
-
 class _Layer:
     """One ``TransformerDecoderLayerBase``'s weights, re-laid."""
 
     def __init__(self, layer):
         self_attn = layer.self_attn
         self.heads, self.head_dim = self_attn.num_heads, self_attn.head_dim
-        self.qkv = _Product.of(self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, scale_first=self_attn.scaling)
-        self.self_out = _Product.of(self_attn.out_proj)
-        self.self_norm = _Norm(layer.self_attn_layer_norm, layer.normalize_before)
+        self.qkv = Product.of(self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, scale_first=self_attn.scaling)
+        self.self_out = Product.of(self_attn.out_proj)
+        self.self_norm = Norm(layer.self_attn_layer_norm, layer.normalize_before)
         self.encoder_attention = layer.encoder_attn is not None
         if self.encoder_attention:
             attn = layer.encoder_attn
-            self.enc_q = _Product.of(attn.q_proj, scale_first=attn.scaling)
-            self.enc_kv = _Product.of(attn.k_proj, attn.v_proj)
-            self.enc_out = _Product.of(attn.out_proj)
-            self.enc_norm = _Norm(layer.encoder_attn_layer_norm, layer.normalize_before)
-        self.fc1, self.fc2 = _Product.of(layer.fc1), _Product.of(layer.fc2)
+            self.enc_q = Product.of(attn.q_proj, scale_first=attn.scaling)
+            self.enc_kv = Product.of(attn.k_proj, attn.v_proj)
+            self.enc_out = Product.of(attn.out_proj)
+            self.enc_norm = Norm(layer.encoder_attn_layer_norm, layer.normalize_before)
+        self.fc1, self.fc2 = Product.of(layer.fc1), Product.of(layer.fc2)
         self.activation = layer.activation_fn
-        self.ffn_norm = _Norm(layer.final_layer_norm, layer.normalize_before)
+        self.ffn_norm = Norm(layer.final_layer_norm, layer.normalize_before)
 
     def encoder_keys_values(self, enc: Tensor):
-        """``enc`` ``[src, rows, d]`` -> keys and values ``[rows, heads, src, head_dim]``."""
-        kv = self.enc_kv(enc.transpose(0, 1))
+        """``enc`` ``[rows, src, d]`` -> keys and values ``[rows, heads, src, head_dim]``."""
+        kv = self.enc_kv(enc)
         kv = kv.view(kv.size(0), kv.size(1), 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         return kv[0].contiguous(), kv[1].contiguous()
 
     def forward(self, x: Tensor, keys: Tensor, values: Tensor, write: "_Write", enc_keys, enc_values, enc_mask):
         rows, n, _ = x.shape
-        residual, h = x, self._pre(x, self.self_norm)
+        residual, h = x, self.self_norm.pre(x)
         qkv = self.qkv(h).view(rows, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         write.into(keys, qkv[1])
         write.into(values, qkv[2])
-        h = _attend(qkv[0], keys[:, :, :write.columns], values[:, :, :write.columns], write.hidden)
-        x = self._post(residual + self.self_out(h), self.self_norm)
+        h = attend(qkv[0], keys[:, :, :write.columns], values[:, :, :write.columns], write.hidden)
+        x = self.self_norm.post(residual + self.self_out(h))
         if self.encoder_attention:
-            residual, h = x, self._pre(x, self.enc_norm)
+            residual, h = x, self.enc_norm.pre(x)
             q = self.enc_q(h).view(rows, n, self.heads, self.head_dim).transpose(1, 2)
-            h = _attend(q, enc_keys, enc_values, enc_mask)
-            x = self._post(residual + self.enc_out(h), self.enc_norm)
-        residual, h = x, self._pre(x, self.ffn_norm)
+            h = attend(q, enc_keys, enc_values, enc_mask)
+            x = self.enc_norm.post(residual + self.enc_out(h))
+        residual, h = x, self.ffn_norm.pre(x)
         h = self.fc2(self.activation(self.fc1(h)))
-        return self._post(residual + h, self.ffn_norm)
-
-    @staticmethod
-    def _pre(x, norm: _Norm):
-        return _layer_norm(x, norm.module) if norm.before else x
-
-    @staticmethod
-    def _post(x, norm: _Norm):
-        return x if norm.before else _layer_norm(x, norm.module)
-
-
-def _attend(q: Tensor, keys: Tensor, values: Tensor, hidden: Optional[Tensor]) -> Tensor:
-    """Attention of ``q`` ``[rows, heads, n, hd]`` (already scaled) over ``keys``/``values``
-    ``[rows, heads, columns, hd]``; ``hidden`` (broadcast to ``[rows, heads, n, columns]``) masks
-    columns out. Returns ``[rows, n, heads * hd]``."""
-    weights = q @ keys.transpose(2, 3)
-    if hidden is not None:
-        weights = weights.masked_fill_(hidden, -math.inf)
-    h = torch.softmax(weights, dim=-1, dtype=torch.float32).to(values.dtype) @ values
-    return h.transpose(1, 2).reshape(q.size(0), q.size(2), -1)
+        return self.ffn_norm.post(residual + h)
 
 
 @dataclass
@@ -237,7 +158,7 @@ class _NumpyNorm:
         return centred * scale * self.weight + self.bias
 
 
-def _numpy_attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, hidden: Optional[np.ndarray]):
+def _numpyattend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, hidden: Optional[np.ndarray]):
     """One token's attention: ``q`` ``[heads, hd]`` over ``keys``/``values`` ``[heads, columns, hd]``."""
     weights = np.matmul(keys, q[:, :, None])  # [heads, columns, 1]
     if hidden is not None:
@@ -309,13 +230,13 @@ class _NumpyLayer:
         heads, head_dim = layer.heads, layer.head_dim
         h = self.self_norm(x) if before else x
         q, keys[:, column], values[:, column] = layer.qkv.numpy_apply(h).reshape(3, heads, head_dim)
-        x = x + layer.self_out.numpy_apply(_numpy_attend(q, keys[:, :column + 1], values[:, :column + 1], None))
+        x = x + layer.self_out.numpy_apply(_numpyattend(q, keys[:, :column + 1], values[:, :column + 1], None))
         if not before:
             x = self.self_norm(x)
         if self.enc_norm is not None:
             h = self.enc_norm(x) if before else x
             q = layer.enc_q.numpy_apply(h).reshape(heads, head_dim)
-            x = x + layer.enc_out.numpy_apply(_numpy_attend(q, enc_keys, enc_values, enc_hidden))
+            x = x + layer.enc_out.numpy_apply(_numpyattend(q, enc_keys, enc_values, enc_hidden))
             if not before:
                 x = self.enc_norm(x)
         h = layer.fc1.numpy_apply(self.ffn_norm(x) if before else x)
@@ -335,26 +256,25 @@ class FastDecoder:
         """Re-lay the weights from the decoder (after they changed)."""
         decoder = self.decoder
         self.embed_tokens, self.embed_scale = decoder.embed_tokens.weight.detach(), decoder.embed_scale
-        self.project_in = None if decoder.project_in_dim is None else _Product.of(decoder.project_in_dim)
-        self.project_out = None if decoder.project_out_dim is None else _Product.of(decoder.project_out_dim)
+        self.project_in = None if decoder.project_in_dim is None else Product.of(decoder.project_in_dim)
+        self.project_out = None if decoder.project_out_dim is None else Product.of(decoder.project_out_dim)
         self.layers = [_Layer(layer) for layer in decoder.layers]
         self.heads, self.head_dim = self.layers[0].heads, self.layers[0].head_dim
         self.own_output_layer = type(decoder).output_layer is not TransformerDecoderBase.output_layer
         if not self.own_output_layer:
-            self.output = _Product.of(decoder.output_projection)
+            self.output = Product.of(decoder.output_projection)
         self.row_step = _NumpyRowStep(self) if _NumpyRowStep.applies(self) else None
 
-    def start(self, encoder_out, rows: int, capacity: int) -> "FastCache":
-        enc, enc_padding = encoder_states(encoder_out)
+    def start(self, enc: Optional[Tensor], enc_padding: Optional[Tensor], rows: int, capacity: int) -> "FastCache":
+        """An empty cache over the encoder states ``enc`` ``[rows, src, d]`` (``None`` without an
+        encoder) and their padding ``[rows, src]`` (``None`` without any)."""
         enc_keys, enc_values = [], []
         for layer in self.layers:
             keys, values = layer.encoder_keys_values(enc) if layer.encoder_attention and enc is not None \
                 else (None, None)
             enc_keys.append(keys)
             enc_values.append(values)
-        enc_mask = None
-        if enc_padding is not None and bool(enc_padding.any()):
-            enc_mask = enc_padding.view(rows, 1, 1, -1)
+        enc_mask = None if enc_padding is None else enc_padding.view(rows, 1, 1, -1)
         weight = self.layers[0].qkv.weight
         buffers = weight.new_zeros(len(self.layers), 2, rows, self.heads, capacity, self.head_dim)
         return FastCache(buffers, enc_keys, enc_values, enc_mask)
@@ -371,14 +291,14 @@ class FastDecoder:
         if positions is not None:
             x = x + embed_positions(decoder.embed_positions, positions)
         if decoder.layernorm_embedding is not None:
-            x = _layer_norm(x, decoder.layernorm_embedding)
+            x = layer_norm(x, decoder.layernorm_embedding)
         write = _Write.plan(first_index, tokens.size(1), self.heads, self.head_dim, tree)
         cache.reserve(write.columns)
         for i, layer in enumerate(self.layers):
             x = layer.forward(x, cache.buffers[i, 0], cache.buffers[i, 1], write, cache.enc_keys[i],
                               cache.enc_values[i], cache.enc_mask)
         if decoder.layer_norm is not None:
-            x = _layer_norm(x, decoder.layer_norm)
+            x = layer_norm(x, decoder.layer_norm)
         if self.project_out is not None:
             x = self.project_out(x)
         return x
@@ -448,6 +368,12 @@ class FastVerifier(Verifier):
     def __init__(self, models, tgt_dict, options):
         super().__init__(models, tgt_dict, options)
         self.fast_decoders = [FastDecoder(decoder) for decoder in self.decoders]
+        self.fast_encoders = []
+        for model in models:
+            obstacle = fast_encoder_obstacle(model.encoder)
+            if obstacle is not None:
+                logger.info(f"the fast path runs fairseq's own encoder for a model with {obstacle}")
+            self.fast_encoders.append(FastEncoder(model.encoder) if obstacle is None else None)
         self.openblas = None
         if self.fast_decoders[0].layers[0].qkv.uses_numpy:
             self.openblas = ThreadpoolController().select(internal_api="openblas")
@@ -459,18 +385,29 @@ class FastVerifier(Verifier):
         return self.openblas.limit(limits=1) if self.openblas else super().decoding()
 
     def refresh(self):
-        for decoder in self.fast_decoders:
-            decoder.refresh()
+        for part in self.fast_decoders + self.fast_encoders:
+            if part is not None:
+                part.refresh()
 
     @torch.no_grad()
     def start(self, net_input, max_len) -> FastVerifierCache:
-        encoder_outs = self.ensemble.forward_encoder(net_input)
         rows = net_input["src_tokens"].size(0)
         # output indices 0 .. max_len are ever cached (and one more: the pass that forces EOS);
         # a pass whose filler or tree reaches further grows the buffers (``FastCache.reserve``)
         capacity = max_len + 2
-        return FastVerifierCache([decoder.start(encoder_out, rows, capacity)
-                                  for decoder, encoder_out in zip(self.fast_decoders, encoder_outs)])
+        return FastVerifierCache([decoder.start(*self._encode(model, encoder, net_input), rows, capacity)
+                                  for model, encoder, decoder in zip(self.ensemble.models, self.fast_encoders,
+                                                                     self.fast_decoders)])
+
+    @staticmethod
+    def _encode(model, encoder: Optional[FastEncoder], net_input):
+        """Encoder states ``[rows, src, d]`` and source padding (``None`` without any)."""
+        if encoder is not None:
+            return encoder(net_input["src_tokens"])
+        enc, padding = encoder_states(model.encoder.forward_torchscript(net_input))
+        if padding is not None and not bool(padding.any()):
+            padding = None
+        return None if enc is None else enc.transpose(0, 1), padding
 
     @torch.no_grad()
     def score(self, cache: FastVerifierCache, tokens: Tensor, first_index: Tensor, max_len: int,
