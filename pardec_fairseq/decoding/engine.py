@@ -44,6 +44,7 @@ class DecodingState:
     drafted: Tensor  # [rows] drafted tokens verified so far
     accepted: Tensor  # [rows] drafted tokens accepted so far
     drafting: Tensor  # [rows] passes with a draft so far
+    offsets: Tensor  # 0 .. 2 * max_len + 1, the columns of a pass's tokens after a row's last one
 
     @classmethod
     def begin(cls, rows, max_len, bos, pad, device):
@@ -53,7 +54,7 @@ class DecodingState:
         tokens[:, 0] = bos
         zeros = torch.zeros(rows, dtype=torch.long, device=device)
         return cls(max_len, tokens, torch.zeros(rows, width, device=device), zeros, torch.arange(rows),
-                   zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone())
+                   zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone(), torch.arange(width, device=device))
 
     def last_tokens(self):
         return self.tokens.gather(1, self.lengths.unsqueeze(1))
@@ -64,25 +65,25 @@ class DecodingState:
     def advance(self, proposal: Proposal, verdict: Verdict, eos):
         """Append what each row accepted; return which rows ended and their output lengths."""
         n = verdict.tokens.size(1)
-        offsets = torch.arange(n, device=self.tokens.device)
+        offsets = self.offsets[:n]
         # all n are written: what follows a row's accepted tokens is written over by its next pass
-        index = self.lengths.unsqueeze(1) + 1 + offsets
+        index = (self.lengths + 1).unsqueeze(1) + offsets
         self.tokens.scatter_(1, index, verdict.tokens)
         self.cumulative.scatter_(1, index, verdict.cumulative)
-        new = offsets < (verdict.accepted + 1).unsqueeze(1)
-        ends = new & verdict.tokens.eq(eos) & verdict.cumulative.ne(-math.inf)
-        done = ends.any(1)
+        kept = verdict.accepted + 1
+        ends = (offsets < kept.unsqueeze(1)) & verdict.tokens.eq(eos) & verdict.cumulative.ne(-math.inf)
         first_end = torch.where(ends, offsets, n).min(1).values
-        output_lengths = self.lengths + 1 + first_end
-        self.lengths += verdict.accepted + 1
+        ended = first_end < n
+        end_lengths = self.lengths + 1 + first_end
+        self.lengths += kept
         self.iterations += 1
-        self.drafted += proposal.lengths
-        self.drafting += proposal.lengths > 0
-        self.accepted += torch.minimum(verdict.accepted, first_end + 1)  # none after an EOS
+        if proposal.tokens.size(1) > 0:  # a pass without any draft leaves the draft counts as they are
+            self.drafted += proposal.lengths
+            self.drafting += proposal.lengths > 0
+            self.accepted += torch.minimum(verdict.accepted, first_end + 1)  # none after an EOS
         # fairseq forces EOS at the length limit; a row whose EOS scored -inf ends there too
-        done |= self.lengths > self.max_len
-        output_lengths = torch.where(done & ~ends.any(1), self.lengths, output_lengths)
-        return done, output_lengths
+        done = ended | (self.lengths > self.max_len)
+        return done, torch.where(ended, end_lengths, self.lengths)
 
     def keep(self, keep: Tensor):
         for name in ("tokens", "cumulative", "lengths", "iterations", "drafted", "accepted", "drafting"):
@@ -101,7 +102,7 @@ class DraftVerifyDecoder:
         self.observers = []
 
     def decode(self, sample, bos_token=None) -> List[DecodedSentence]:
-        with self.verifier.decoding():
+        with torch.no_grad(), self.verifier.decoding():
             return self._decode(sample, bos_token)
 
     def _decode(self, sample, bos_token):

@@ -389,7 +389,6 @@ class FastVerifier(Verifier):
             if part is not None:
                 part.refresh()
 
-    @torch.no_grad()
     def start(self, net_input, max_len) -> FastVerifierCache:
         rows = net_input["src_tokens"].size(0)
         # output indices 0 .. max_len are ever cached (and one more: the pass that forces EOS);
@@ -409,7 +408,6 @@ class FastVerifier(Verifier):
             padding = None
         return None if enc is None else enc.transpose(0, 1), padding
 
-    @torch.no_grad()
     def score(self, cache: FastVerifierCache, tokens: Tensor, first_index: Tensor, max_len: int,
               tree: Optional[DraftTree] = None) -> VerifierScores:
         steps, positions = self.steps_and_positions(tokens, first_index, tree)
@@ -418,7 +416,6 @@ class FastVerifier(Verifier):
                     for decoder, model_cache in zip(self.fast_decoders, cache.caches)]
         return VerifierScores(self, features, steps, max_len, tree)
 
-    @torch.no_grad()
     def logits(self, model: int, x: Tensor) -> Tensor:
         return self.fast_decoders[model].logits(x)
 

@@ -40,6 +40,11 @@ def source_to_target(src_dict, tgt_dict):
 class NoDraft(Drafter):
     """Nothing to propose: every pass yields the verifier's next token (greedy decoding)."""
 
+    def __init__(self):
+        self.empty = None  # the last empty proposal, reused while the batch keeps its rows
+
     def propose(self, state) -> Proposal:
         rows = state.lengths.size(0)
-        return Proposal(tokens=state.tokens.new_zeros(rows, 0), lengths=torch.zeros_like(state.lengths))
+        if self.empty is None or self.empty.lengths.size(0) != rows:
+            self.empty = Proposal(tokens=state.tokens.new_zeros(rows, 0), lengths=torch.zeros_like(state.lengths))
+        return self.empty
