@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from pardec_fairseq.decoding import DecodingConfig, build_generator
 from pardec_fairseq.decoding.fairseq_verifier import FairseqVerifier
 from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
-from pardec_fairseq.decoding.fast_verifier import FastVerifier, _NumpyRowStep
+from pardec_fairseq.decoding.fast_verifier import FastVerifier
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.registry import build_verifier
+from pardec_fairseq.decoding.row_step import RowStep
 from pardec_fairseq.models.decoder_steps import encoder_states
 from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin, sentences
 from tiny import build_transformer, make_batch, make_dictionary
@@ -204,9 +205,9 @@ def test_refresh_weights_follows_weights_changed_in_place():
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(architecture=architectures, seed=st.integers(0, 10_000), layers=st.integers(1, 3), heads=st.sampled_from([1, 2, 4]),
        source=st.lists(st.integers(4, 23), min_size=1, max_size=8), pad=st.integers(0, 3), prefix=st.integers(1, 6))
-def test_the_numpy_row_step_computes_what_the_torch_layers_compute(architecture, seed, layers, heads, source, pad,
+def test_the_compiled_row_step_computes_what_the_torch_layers_compute(architecture, seed, layers, heads, source, pad,
                                                                     prefix):
-    """A one-row, one-token pass runs in numpy: the same features and the same cache columns as the torch
+    """A one-row, one-token pass runs compiled: the same features and the same cache columns as the torch
     layers, after a prefix the torch layers cached, with source padding or without."""
     dictionary = make_dictionary(20)
     model = build_transformer(dictionary, seed=seed, layers=layers, heads=heads, **architecture).eval()
@@ -217,8 +218,8 @@ def test_the_numpy_row_step_computes_what_the_torch_layers_compute(architecture,
     batch = make_batch(dictionary, [source, source + [5] * pad])
     tokens = torch.randint(4, 24, (1, prefix + 1), generator=torch.Generator().manual_seed(seed))
     features, columns = {}, {}
-    for path in ("numpy", "torch"):
-        decoder.row_step = _NumpyRowStep(decoder) if path == "numpy" else None
+    for path in ("compiled", "torch"):
+        decoder.row_step = RowStep(decoder) if path == "compiled" else None
         with torch.no_grad(), verifier.decoding():
             cache = verifier.start(batch["net_input"], 12)
             verifier.keep_rows(cache, (batch["id"] == 0).nonzero().view(1))  # the shorter, padded source
@@ -226,5 +227,5 @@ def test_the_numpy_row_step_computes_what_the_torch_layers_compute(architecture,
             scores = verifier.score(cache, tokens[:, prefix:], torch.tensor([prefix]), 12)
         features[path] = scores.hidden_states()
         columns[path] = cache.caches[0].buffers[:, :, :, :, prefix]
-    torch.testing.assert_close(features["numpy"], features["torch"], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(columns["numpy"], columns["torch"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(features["compiled"], features["torch"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(columns["compiled"], columns["torch"], rtol=1e-5, atol=1e-5)

@@ -16,7 +16,6 @@ chain needs no rollback (the next pass writes over it); only a tree's accepted p
 this path does not reproduce are named by ``fast_path_obstacle`` and decode on the fairseq path.
 """
 import logging
-import math
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -25,12 +24,12 @@ import torch
 import torch.nn.functional as F
 from threadpoolctl import ThreadpoolController
 from fairseq.models.transformer import TransformerDecoderBase
-from fairseq.modules import SinusoidalPositionalEmbedding
 from torch import Tensor
 
 from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
 from pardec_fairseq.decoding.fast_ops import Norm, Product, attend, layer_norm
 from pardec_fairseq.decoding.proposals import DraftTree
+from pardec_fairseq.decoding.row_step import RowStep
 from pardec_fairseq.decoding.verifier import Verifier, VerifierScores, embed_positions
 from pardec_fairseq.models.decoder_steps import encoder_states
 
@@ -144,107 +143,6 @@ class _Write:
             buffer.scatter_(2, self.index, new)
 
 
-class _NumpyNorm:
-    """A layer norm of one numpy vector, as ``F.layer_norm`` computes it (biased variance), in the
-    fewest numpy calls: a third of what ``mean``-based code costs on a 256-vector (4 us against 12)."""
-
-    def __init__(self, module):
-        self.weight, self.bias, self.eps = module.weight.detach().numpy(), module.bias.detach().numpy(), module.eps
-        self.inverse_dim = 1.0 / self.weight.size
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        centred = x - np.add.reduce(x) * self.inverse_dim
-        scale = 1.0 / math.sqrt(float(centred @ centred) * self.inverse_dim + self.eps)
-        return centred * scale * self.weight + self.bias
-
-
-def _numpyattend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, hidden: Optional[np.ndarray]):
-    """One token's attention: ``q`` ``[heads, hd]`` over ``keys``/``values`` ``[heads, columns, hd]``."""
-    weights = np.matmul(keys, q[:, :, None])  # [heads, columns, 1]
-    if hidden is not None:
-        weights[:, hidden] = -np.inf
-    weights -= weights.max(1, keepdims=True)
-    np.exp(weights, out=weights)
-    weights /= np.add.reduce(weights, 1, keepdims=True)
-    return np.matmul(weights.transpose(0, 2, 1), values).reshape(-1)
-
-
-class _NumpyRowStep:
-    """The decoder for one row and one new token (greedy at batch 1, and every pass without a draft)
-    in numpy, on vectors: the same arithmetic as ``_Layer.forward``, but each of its ~25 small
-    operations per layer costs about a microsecond instead of several through torch's dispatcher."""
-
-    def __init__(self, decoder: "FastDecoder"):
-        self.decoder = decoder
-        self.embed_tokens = decoder.embed_tokens.numpy()
-        self.layers = []
-        for layer in decoder.layers:
-            self_norm, ffn_norm = (_NumpyNorm(norm.module) for norm in (layer.self_norm, layer.ffn_norm))
-            enc_norm = _NumpyNorm(layer.enc_norm.module) if layer.encoder_attention else None
-            self.layers.append(_NumpyLayer(layer, self_norm, enc_norm, ffn_norm))
-        norms = (decoder.decoder.layernorm_embedding, decoder.decoder.layer_norm)
-        self.embedding_norm, self.final_norm = (None if m is None else _NumpyNorm(m) for m in norms)
-        # fairseq's tables cover every position the verifier passes (it clamps them to the model's limit)
-        positions = decoder.decoder.embed_positions
-        self.position_table = None
-        if isinstance(positions, SinusoidalPositionalEmbedding):
-            self.position_table = positions.weights.numpy()
-        elif positions is not None:
-            self.position_table = positions.weight.detach().numpy()
-
-    @staticmethod
-    def applies(decoder: "FastDecoder") -> bool:
-        """Where the products run on numpy (a CPU in float32)."""
-        return all(layer.qkv.uses_numpy for layer in decoder.layers)
-
-    def __call__(self, cache: "FastCache", token: int, positions: Optional[Tensor], column: int) -> Tensor:
-        decoder = self.decoder
-        x = self.embed_tokens[token] * decoder.embed_scale
-        if decoder.project_in is not None:
-            x = decoder.project_in.numpy_apply(x)
-        if positions is not None:
-            x = x + self.position_table[int(positions)]
-        if self.embedding_norm is not None:
-            x = self.embedding_norm(x)
-        cache.reserve(column + 1)
-        views, enc_hidden = cache.one_row_views()
-        for layer, (keys, values, enc_keys, enc_values) in zip(self.layers, views):
-            x = layer(x, keys, values, column, enc_keys, enc_values, enc_hidden)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        if decoder.project_out is not None:
-            x = decoder.project_out.numpy_apply(x)
-        return torch.from_numpy(x).view(1, 1, -1)
-
-
-class _NumpyLayer:
-    """``_Layer.forward`` for one vector, its layer norms in numpy."""
-
-    def __init__(self, layer: _Layer, self_norm: _NumpyNorm, enc_norm: Optional[_NumpyNorm], ffn_norm: _NumpyNorm):
-        self.layer, self.self_norm, self.enc_norm, self.ffn_norm = layer, self_norm, enc_norm, ffn_norm
-        self.before = layer.self_norm.before  # fairseq's layers normalise all sub-blocks alike
-        self.relu = layer.activation is F.relu
-
-    def __call__(self, x, keys, values, column, enc_keys, enc_values, enc_hidden):
-        layer, before = self.layer, self.before
-        heads, head_dim = layer.heads, layer.head_dim
-        h = self.self_norm(x) if before else x
-        q, keys[:, column], values[:, column] = layer.qkv.numpy_apply(h).reshape(3, heads, head_dim)
-        x = x + layer.self_out.numpy_apply(_numpyattend(q, keys[:, :column + 1], values[:, :column + 1], None))
-        if not before:
-            x = self.self_norm(x)
-        if self.enc_norm is not None:
-            h = self.enc_norm(x) if before else x
-            q = layer.enc_q.numpy_apply(h).reshape(heads, head_dim)
-            x = x + layer.enc_out.numpy_apply(_numpyattend(q, enc_keys, enc_values, enc_hidden))
-            if not before:
-                x = self.enc_norm(x)
-        h = layer.fc1.numpy_apply(self.ffn_norm(x) if before else x)
-        h = np.maximum(h, 0, out=h) if self.relu else layer.activation(torch.from_numpy(h)).numpy()
-        x = x + layer.fc2.numpy_apply(h)
-        return x if before else self.ffn_norm(x)
-
-
 class FastDecoder:
     """A fairseq ``TransformerDecoderBase`` re-laid for the fast path."""
 
@@ -263,7 +161,7 @@ class FastDecoder:
         self.own_output_layer = type(decoder).output_layer is not TransformerDecoderBase.output_layer
         if not self.own_output_layer:
             self.output = Product.of(decoder.output_projection)
-        self.row_step = _NumpyRowStep(self) if _NumpyRowStep.applies(self) else None
+        self.row_step = RowStep(self) if RowStep.applies(self) else None
 
     def start(self, enc: Optional[Tensor], enc_padding: Optional[Tensor], rows: int, capacity: int) -> "FastCache":
         """An empty cache over the encoder states ``enc`` ``[rows, src, d]`` (``None`` without an
@@ -317,18 +215,22 @@ class FastCache:
     enc_keys: List[Optional[Tensor]]  # per layer [rows, heads, src, head_dim]
     enc_values: List[Optional[Tensor]]
     enc_mask: Optional[Tensor]  # [rows, 1, 1, src]: True at source padding
-    # numpy views of a one-row batch's buffers for the row step, made once (buffers change only when
+    # the row step's numpy views of a one-row batch's buffers, made once (buffers change only when
     # they grow or rows leave)
     row_views: Optional[tuple] = None
 
     def one_row_views(self):
-        """``(per layer (keys, values, enc_keys, enc_values), enc_hidden)`` as numpy views of row 0."""
+        """Row 0 as numpy, per layer: ``(keys, values, encoder keys, encoder values)`` (tuples over
+        layers; empty arrays without encoder attention), the source padding and whether any is padded."""
         if self.row_views is None:
-            layers = [(self.buffers[i, 0, 0].numpy(), self.buffers[i, 1, 0].numpy(),
-                       None if self.enc_keys[i] is None else self.enc_keys[i][0].numpy(),
-                       None if self.enc_values[i] is None else self.enc_values[i][0].numpy())
-                      for i in range(self.buffers.size(0))]
-            self.row_views = (layers, None if self.enc_mask is None else self.enc_mask[0, 0, 0].numpy())
+            layers = range(self.buffers.size(0))
+            empty = np.zeros((1, 0, 1), dtype=np.float32)
+            enc_keys = tuple(empty if k is None else k[0].numpy() for k in self.enc_keys)
+            enc_values = tuple(empty if v is None else v[0].numpy() for v in self.enc_values)
+            padded = self.enc_mask is not None
+            padding = self.enc_mask[0, 0, 0].numpy() if padded else np.zeros(0, dtype=np.bool_)
+            self.row_views = (tuple(self.buffers[i, 0, 0].numpy() for i in layers),
+                              tuple(self.buffers[i, 1, 0].numpy() for i in layers), enc_keys, enc_values, padding, padded)
         return self.row_views
 
     def reserve(self, columns: int):
