@@ -15,7 +15,8 @@ from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obsta
 from pardec_fairseq.decoding.fast_verifier import FastVerifier
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.registry import build_verifier
-from pardec_fairseq.decoding.row_step import RowStep
+from pardec_fairseq.decoding.compiled_layers import CompiledLayers, RowStep
+from pardec_fairseq.decoding.proposals import DraftTree, Proposal
 from pardec_fairseq.models.decoder_steps import encoder_states
 from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin, sentences
 from tiny import build_transformer, make_batch, make_dictionary
@@ -146,6 +147,42 @@ def test_options_the_fast_path_does_not_reproduce_decode_on_the_fairseq_path(opt
     assert_same_hypotheses(fairseq_beam_one([model], dictionary, collated, max_len_b=15), actual)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(architecture=architectures, seed=st.integers(0, 10_000), rows=st.integers(1, 4), data=st.data(),
+       tree=st.booleans())
+def test_the_compiled_layers_compute_what_the_torch_layers_compute(architecture, seed, rows, data, tree):
+    """A pass of several tokens over rows cached to different lengths, a chain or a random tree: the
+    same features and the same cache columns as the torch layers."""
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=seed, layers=2, **architecture).eval()
+    verifier = FastVerifier([model], dictionary, DecodingOptions())
+    decoder = verifier.fast_decoders[0]
+    batch = make_batch(dictionary, [data.draw(st.lists(st.integers(4, 23), min_size=1, max_size=8))
+                                    for _ in range(rows)])
+    prefix, drafted = data.draw(st.integers(1, 5)), data.draw(st.integers(0, 5))
+    first = torch.tensor(data.draw(st.lists(st.integers(1, prefix), min_size=rows, max_size=rows)))
+    generator = torch.Generator().manual_seed(seed)
+    cached = torch.randint(4, 24, (rows, prefix), generator=generator)
+    new = torch.randint(4, 24, (rows, drafted + 1), generator=generator)
+    shape = None
+    if tree:
+        parents = torch.tensor([[data.draw(st.integers(0, j)) for j in range(drafted)] for _ in range(rows)],
+                               dtype=torch.long).view(rows, drafted)
+        shape = DraftTree.of(Proposal(tokens=new[:, 1:], lengths=torch.full((rows,), drafted), parents=parents))
+    features, columns = {}, {}
+    for path in ("compiled", "torch"):
+        decoder.row_step = None
+        decoder.compiled = CompiledLayers(decoder) if path == "compiled" else None
+        with torch.no_grad():
+            cache = verifier.start(batch["net_input"], prefix + drafted + 2)
+            verifier.score(cache, cached, torch.zeros(rows, dtype=torch.long), prefix + drafted + 2)
+            scores = verifier.score(cache, new, first, prefix + drafted + 2, shape)
+        features[path] = scores.hidden_states()
+        columns[path] = cache.caches[0].buffers[..., :prefix + drafted + 1, :]
+    torch.testing.assert_close(features["compiled"], features["torch"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(columns["compiled"], columns["torch"], rtol=1e-5, atol=1e-5)
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(architecture=architectures, seed=st.integers(0, 10_000), layers=st.integers(1, 3),
        heads=st.sampled_from([1, 2, 4]), batch=sentences, left_pad=st.booleans())
@@ -220,6 +257,7 @@ def test_the_compiled_row_step_computes_what_the_torch_layers_compute(architectu
     features, columns = {}, {}
     for path in ("compiled", "torch"):
         decoder.row_step = RowStep(decoder) if path == "compiled" else None
+        decoder.compiled = CompiledLayers(decoder) if path == "compiled" else None
         with torch.no_grad(), verifier.decoding():
             cache = verifier.start(batch["net_input"], 12)
             verifier.keep_rows(cache, (batch["id"] == 0).nonzero().view(1))  # the shorter, padded source

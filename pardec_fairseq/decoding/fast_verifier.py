@@ -29,7 +29,7 @@ from torch import Tensor
 from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
 from pardec_fairseq.decoding.fast_ops import Norm, Product, attend, layer_norm
 from pardec_fairseq.decoding.proposals import DraftTree
-from pardec_fairseq.decoding.row_step import RowStep
+from pardec_fairseq.decoding.compiled_layers import CompiledLayers, RowStep, compiles
 from pardec_fairseq.decoding.verifier import Verifier, VerifierScores, embed_positions
 from pardec_fairseq.models.decoder_steps import encoder_states
 
@@ -161,7 +161,7 @@ class FastDecoder:
         self.own_output_layer = type(decoder).output_layer is not TransformerDecoderBase.output_layer
         if not self.own_output_layer:
             self.output = Product.of(decoder.output_projection)
-        self.row_step = RowStep(self) if RowStep.applies(self) else None
+        self.row_step, self.compiled = (RowStep(self), CompiledLayers(self)) if compiles(self) else (None, None)
 
     def start(self, enc: Optional[Tensor], enc_padding: Optional[Tensor], rows: int, capacity: int) -> "FastCache":
         """An empty cache over the encoder states ``enc`` ``[rows, src, d]`` (``None`` without an
@@ -190,11 +190,14 @@ class FastDecoder:
             x = x + embed_positions(decoder.embed_positions, positions)
         if decoder.layernorm_embedding is not None:
             x = layer_norm(x, decoder.layernorm_embedding)
-        write = _Write.plan(first_index, tokens.size(1), self.heads, self.head_dim, tree)
-        cache.reserve(write.columns)
-        for i, layer in enumerate(self.layers):
-            x = layer.forward(x, cache.buffers[i, 0], cache.buffers[i, 1], write, cache.enc_keys[i],
-                              cache.enc_values[i], cache.enc_mask)
+        if self.compiled is not None:
+            x = self.compiled(cache, x.contiguous(), first_index, tree)
+        else:
+            write = _Write.plan(first_index, tokens.size(1), self.heads, self.head_dim, tree)
+            cache.reserve(write.columns)
+            for i, layer in enumerate(self.layers):
+                x = layer.forward(x, cache.buffers[i, 0], cache.buffers[i, 1], write, cache.enc_keys[i],
+                                  cache.enc_values[i], cache.enc_mask)
         if decoder.layer_norm is not None:
             x = layer_norm(x, decoder.layer_norm)
         if self.project_out is not None:
