@@ -12,8 +12,10 @@ and computed once per batch. The self-attention
 keys and values of every layer live in a preallocated buffer ``[rows, heads, capacity, head_dim]``;
 a pass writes its new tokens at each row's own positions and each new token attends to the
 columns up to its own position (in a tree: the accepted columns and its ancestors), so a rejected
-chain needs no rollback (the next pass writes over it); only a tree's accepted path moves. Decoders
-this path does not reproduce are named by ``fast_path_obstacle`` and decode on the fairseq path.
+chain needs no rollback (the next pass writes over it); only a tree's accepted path moves. On a CPU
+the small operations between the products run compiled (``compiled_layers``), and the encoder runs
+re-laid too (``fast_encoder``). Decoders this path does not reproduce are named by
+``fast_path_obstacle`` and decode on the fairseq path.
 """
 import logging
 from dataclasses import dataclass
@@ -26,10 +28,10 @@ from threadpoolctl import ThreadpoolController
 from fairseq.models.transformer import TransformerDecoderBase
 from torch import Tensor
 
+from pardec_fairseq.decoding.compiled_layers import CompiledLayers, RowStep, compiles
 from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
 from pardec_fairseq.decoding.fast_ops import Norm, Product, attend, layer_norm
 from pardec_fairseq.decoding.proposals import DraftTree
-from pardec_fairseq.decoding.compiled_layers import CompiledLayers, RowStep, compiles
 from pardec_fairseq.decoding.verifier import Verifier, VerifierScores, embed_positions
 from pardec_fairseq.models.decoder_steps import encoder_states
 
