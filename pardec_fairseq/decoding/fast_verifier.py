@@ -162,7 +162,7 @@ class FastDecoder:
         self.heads, self.head_dim = self.layers[0].heads, self.layers[0].head_dim
         self.own_output_layer = type(decoder).output_layer is not TransformerDecoderBase.output_layer
         if not self.own_output_layer:
-            self.output = Product.of(decoder.output_projection)
+            self.output = Product.of(decoder.output_projection, numpy_rows=1)
         self.row_step, self.compiled = (RowStep(self), CompiledLayers(self)) if compiles(self) else (None, None)
 
     def start(self, enc: Optional[Tensor], enc_padding: Optional[Tensor], rows: int, capacity: int) -> "FastCache":
