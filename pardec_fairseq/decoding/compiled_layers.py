@@ -7,9 +7,9 @@ several (torch), more than the arithmetic: on this project's CPU the layers of o
 3-layer d-256 demo model took 352 us as ~200 numpy calls and 173 us as one compiled call, whose time
 is its matrix products. Two shapes of pass run compiled, both following ``_Layer.forward``
 (fairseq's decoder layer) exactly: one row and one new token as a single call (``RowStep``: greedy at
-batch 1, and every pass without a draft), and any other pass with its matrix products on oneDNN and
-everything between them compiled (``CompiledLayers``). The compiled code is cached beside this file,
-so only the first run on a machine compiles.
+batch 1, and every pass without a draft), and any other pass with its matrix products on OpenBLAS
+or oneDNN and everything between them compiled (``CompiledLayers``). The compiled code is cached
+beside this file, so only the first run on a machine compiles.
 """
 import math
 
@@ -291,7 +291,7 @@ class _Placeholder:
 
 class CompiledLayers:
     """The decoder layers of any other pass (several rows or several new tokens, chains or trees): the
-    matrix products through ``Product`` (oneDNN), everything between them compiled."""
+    matrix products through ``Product`` (OpenBLAS or oneDNN by rows), everything between them compiled."""
 
     def __init__(self, decoder):
         self.layers = decoder.layers
@@ -327,8 +327,7 @@ class CompiledLayers:
                 if not self.normalize_before:
                     x = self._norm(x, enc_norm)
             h = _apply(layer.fc1, self._norm(x, ffn_norm) if self.normalize_before else x)
-            _activate(h.reshape(-1), self.activation)
-            x = x + _apply(layer.fc2, h)
+            x = x + _apply(layer.fc2, _activate(h.reshape(-1), self.activation).reshape(h.shape))
             if not self.normalize_before:
                 x = self._norm(x, ffn_norm)
         return torch.from_numpy(x)
@@ -339,7 +338,7 @@ class CompiledLayers:
 
 
 def _apply(product, x: np.ndarray) -> np.ndarray:
-    """A ``Product`` on numpy rows (several rows go to oneDNN)."""
+    """A ``Product`` on numpy rows (its library chosen by their number)."""
     return product(torch.from_numpy(x)).numpy()
 
 
