@@ -10,13 +10,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pardec_fairseq.decoding import DecodingConfig, build_generator
+from pardec_fairseq.decoding.compiled_layers import CompiledLayers, RowStep
 from pardec_fairseq.decoding.fairseq_verifier import FairseqVerifier
 from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
 from pardec_fairseq.decoding.fast_verifier import FastVerifier
 from pardec_fairseq.decoding.options import DecodingOptions
-from pardec_fairseq.decoding.registry import build_verifier
-from pardec_fairseq.decoding.compiled_layers import CompiledLayers, RowStep
 from pardec_fairseq.decoding.proposals import DraftTree, Proposal
+from pardec_fairseq.decoding.registry import build_verifier
 from pardec_fairseq.models.decoder_steps import encoder_states
 from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin, sentences
 from tiny import build_transformer, make_batch, make_dictionary
