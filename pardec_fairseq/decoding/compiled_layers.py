@@ -217,6 +217,15 @@ def compiles(decoder) -> bool:
                and layer.encoder_attention == first.encoder_attention for layer in layers)
 
 
+class _LayerKind:
+    """What the kernels distinguish between decoders, read off the first layer (``compiles`` checks
+    that every layer agrees)."""
+
+    def __init__(self, layer):
+        self.heads, self.normalize_before = layer.heads, layer.self_norm.before
+        self.cross_attention, self.activation = layer.encoder_attention, _ACTIVATIONS[layer.activation]
+
+
 def _norm_arrays(module):
     """A layer norm's weight, bias and epsilon as numpy (``None``: an absent norm)."""
     if module is None:
@@ -224,16 +233,14 @@ def _norm_arrays(module):
     return module.weight.detach().numpy(), module.bias.detach().numpy(), np.float32(module.eps)
 
 
-class RowStep:
+class RowStep(_LayerKind):
     """The one-row, one-token decoder of a ``FastDecoder``: its re-laid weights handed to the kernel."""
 
     def __init__(self, decoder):
         self.decoder = decoder
         self.embed_tokens = decoder.embed_tokens.numpy()
         layers = decoder.layers
-        first = layers[0]
-        self.heads, self.normalize_before = first.heads, first.self_norm.before
-        self.cross_attention, self.activation = first.encoder_attention, _ACTIVATIONS[first.activation]
+        super().__init__(layers[0])
         products, biases, norms, eps = [], [], [], []
         for layer in layers:
             parts = [layer.qkv, layer.self_out] + ([layer.enc_q, layer.enc_out] if self.cross_attention else []) \
@@ -289,15 +296,13 @@ class _Placeholder:
         self.numpy_weight, self.numpy_bias = weight, None
 
 
-class CompiledLayers:
+class CompiledLayers(_LayerKind):
     """The decoder layers of any other pass (several rows or several new tokens, chains or trees): the
     matrix products through ``Product`` (OpenBLAS or oneDNN by rows), everything between them compiled."""
 
     def __init__(self, decoder):
         self.layers = decoder.layers
-        first = self.layers[0]
-        self.heads, self.normalize_before = first.heads, first.self_norm.before
-        self.cross_attention, self.activation = first.encoder_attention, _ACTIVATIONS[first.activation]
+        super().__init__(self.layers[0])
         self.norms = [(_norm_arrays(layer.self_norm.module),
                        _norm_arrays(layer.enc_norm.module) if self.cross_attention else None,
                        _norm_arrays(layer.ffn_norm.module)) for layer in self.layers]
