@@ -12,7 +12,7 @@ setup(
     packages=find_packages(include=["pardec_fairseq", "pardec_fairseq.*"]),
     # fairseq itself comes from the ve-fairseq wheel, installed with --no-deps (see README):
     # its declared dependencies would pull a CUDA torch and a torchaudio that fails to load.
-    install_requires=["numpy", "sacrebleu>=2.0", "subword-nmt", "sacremoses", "matplotlib", "threadpoolctl", "pydivsufsort", "numba"],
+    install_requires=["numpy", "sacrebleu>=2.0", "subword-nmt", "sacremoses", "matplotlib", "pydivsufsort", "numba"],
     entry_points={
         "console_scripts": [
             "pardec-bench=pardec_fairseq.cli.bench:main",

@@ -258,7 +258,7 @@ def test_the_compiled_row_step_computes_what_the_torch_layers_compute(architectu
     for path in ("compiled", "torch"):
         decoder.row_step = RowStep(decoder) if path == "compiled" else None
         decoder.compiled = CompiledLayers(decoder) if path == "compiled" else None
-        with torch.no_grad(), verifier.decoding():
+        with torch.no_grad():
             cache = verifier.start(batch["net_input"], 12)
             verifier.keep_rows(cache, (batch["id"] == 0).nonzero().view(1))  # the shorter, padded source
             verifier.score(cache, tokens[:, :prefix], torch.tensor([0]), 12)

@@ -40,16 +40,15 @@ def measure(verifiers, samples, token_counts, prefix, repeats):
         first_index = torch.full((1,), prefix)
         for name, verifier in verifiers.items():
             encoder, layers, projected = timings[name]
-            with verifier.decoding():
-                start = time.perf_counter()
-                cache = verifier.start(sample["net_input"], max_len)
-                encoder.append(time.perf_counter() - start)
-                verifier.score(cache, filler[:, :prefix], torch.zeros(1, dtype=torch.long), max_len)
-                verifier.rollback(cache, torch.zeros(1, dtype=torch.long), first_index, prefix)
-                for _ in range(repeats):
-                    for n in token_counts:
-                        layers[n].append(time_pass(verifier, cache, filler[:, :n], first_index, max_len, False))
-                        projected[n].append(time_pass(verifier, cache, filler[:, :n], first_index, max_len, True))
+            start = time.perf_counter()
+            cache = verifier.start(sample["net_input"], max_len)
+            encoder.append(time.perf_counter() - start)
+            verifier.score(cache, filler[:, :prefix], torch.zeros(1, dtype=torch.long), max_len)
+            verifier.rollback(cache, torch.zeros(1, dtype=torch.long), first_index, prefix)
+            for _ in range(repeats):
+                for n in token_counts:
+                    layers[n].append(time_pass(verifier, cache, filler[:, :n], first_index, max_len, False))
+                    projected[n].append(time_pass(verifier, cache, filler[:, :n], first_index, max_len, True))
     return {name: (statistics.median(encoder), {n: statistics.median(v) for n, v in layers.items()},
                    {n: statistics.median(v) for n, v in projected.items()})
             for name, (encoder, layers, projected) in timings.items()}

@@ -5,10 +5,10 @@ norms, attention over a few dozen columns, residuals, cache writes) is hundreds 
 few vectors. Issued one by one from Python each costs about a microsecond of call overhead (numpy) or
 several (torch), more than the arithmetic: on this project's CPU the layers of one greedy step of the
 3-layer d-256 demo model took 352 us as ~200 numpy calls and 173 us as one compiled call, whose time
-is its matrix products. Two shapes of pass run compiled, both following ``_Layer.forward``
-(fairseq's decoder layer) exactly: one row and one new token as a single call (``RowStep``: greedy at
-batch 1, and every pass without a draft), and any other pass with its matrix products on OpenBLAS
-or oneDNN and everything between them compiled (``CompiledLayers``). The compiled code is cached
+is its matrix products. Every pass runs its layers as one compiled call (``_pass_layers``,
+following ``_Layer.forward``, fairseq's decoder layer, exactly) with the matrix products on the
+vector kernel (``vector_kernels``); the one-row, one-token pass (greedy at batch 1, and every pass
+without a draft) also embeds and normalises in numpy (``RowStep``). The compiled code is cached
 beside this file, so only the first run on a machine compiles.
 """
 import math
@@ -20,6 +20,8 @@ import torch.nn.functional as F
 from fairseq.modules import SinusoidalPositionalEmbedding
 from fairseq.modules.gelu import gelu
 from torch import Tensor
+
+from pardec_fairseq.decoding import vector_kernels
 
 # the activations the kernels compute; a decoder with another one runs through the torch layers
 _ACTIVATIONS = {F.relu: 0, gelu: 1}
@@ -41,18 +43,6 @@ def _layer_norm(x, weight, bias, eps):
     out = np.empty_like(x)
     for i in range(d):
         out[i] = (x[i] - mean) * scale * weight[i] + bias[i]
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
-def _product(x, weight, bias):
-    """``x @ weight + bias`` for one vector, ``weight`` ``(in, out)``: a pass over the weight's
-    rows, each scaled into the output (which stays in the first-level cache)."""
-    out = bias.copy()
-    for i in range(weight.shape[0]):
-        xi = x[i]
-        for j in range(weight.shape[1]):
-            out[j] += xi * weight[i, j]
     return out
 
 
@@ -147,21 +137,6 @@ def _cross_attend_rows(q, enc_keys, enc_values, padding, padded, heads):
 
 
 @numba.njit(cache=True, nogil=True)
-def _attend(q, keys, values, columns, padding, padded):
-    """One token's attention: ``q`` ``[heads, hd]`` (already scaled) over the first ``columns`` of
-    ``keys``/``values`` ``[heads, capacity, hd]``, skipping the columns where ``padding`` holds (when
-    ``padded``). Returns ``[heads * hd]``."""
-    heads, head_dim = q.shape
-    out = np.zeros(heads * head_dim, dtype=np.float32)
-    weights = np.empty(columns, dtype=np.float32)
-    for h in range(heads):
-        for c in range(columns):
-            weights[c] = -np.inf if padded and padding[c] else _dot(q[h], keys[h, c])
-        _softmax_into(out[h * head_dim:(h + 1) * head_dim], weights, values[h], columns)
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
 def _activate(h, activation):
     if activation == 0:  # relu
         for i in range(h.shape[0]):
@@ -173,46 +148,48 @@ def _activate(h, activation):
 
 
 @numba.njit(cache=True, nogil=True)
-def _layers(x, column, keys, values, enc_keys, enc_values, enc_padding, padded, products, biases, norms, eps,
-            heads, normalize_before, cross_attention, activation):
-    """Every decoder layer for the token at buffer column ``column``: writes its keys and values there
-    and returns the last layer's output. Per layer ``l``: ``products[l]`` holds the weights of q/k/v,
-    self-attention out, encoder-attention q and out, fc1 and fc2 (``biases[l]`` theirs), ``norms[l]``
-    ``[3 (weight, bias), 3 (self, encoder, ffn), d]``, ``eps[l]`` their epsilons."""
-    d = x.shape[0]
-    head_dim = d // heads
+def _pass_layers(x, first, sees, chain, keys, values, enc_keys, enc_values, enc_padding, padded, products, biases,
+                 widths, norms, eps, heads, normalize_before, cross_attention, activation):
+    """Every decoder layer of a pass, as ``_Layer.forward``: ``x`` ``[rows, n, d]`` the new tokens'
+    inputs, token ``i`` of row ``r`` written at buffer column ``first[r] + i`` of ``keys[l]``/
+    ``values[l]`` ``[rows, heads, capacity, hd]`` and attending as ``_self_attend_rows`` says. Per
+    layer ``l``: ``products[l]`` holds the packed weights of q/k/v, self-attention out,
+    encoder-attention q and out, fc1 and fc2 (``biases[l]`` theirs, ``widths[l]`` their output
+    widths), ``norms[l]`` ``[3 (weight, bias), 3 (self, encoder, ffn), d]``, ``eps[l]`` their
+    epsilons. Returns the last layer's output ``[rows, n, d]``."""
+    rows, n, d = x.shape
+    flat = x.reshape((rows * n, d))
     for layer in range(len(keys)):
-        w, b, norm, epsilon = products[layer], biases[layer], norms[layer], eps[layer]
-        h = _layer_norm(x, norm[0, 0], norm[1, 0], epsilon[0]) if normalize_before else x
-        qkv = _product(h, w[0], b[0])
-        keys[layer][:, column, :] = qkv[d:2 * d].reshape(heads, head_dim)
-        values[layer][:, column, :] = qkv[2 * d:].reshape(heads, head_dim)
-        attended = _attend(qkv[:d].reshape(heads, head_dim), keys[layer], values[layer], column + 1,
-                           enc_padding, False)
-        x = x + _product(attended, w[1], b[1])
+        w, b, width, norm, epsilon = products[layer], biases[layer], widths[layer], norms[layer], eps[layer]
+        h = _norm_rows(flat, norm[0, 0], norm[1, 0], epsilon[0]) if normalize_before else flat
+        qkv = vector_kernels.product(h, w[0], b[0], width[0]).reshape((rows, n, width[0]))
+        attended = _self_attend_rows(qkv, keys[layer], values[layer], first, sees, chain, heads)
+        flat = flat + vector_kernels.product(attended.reshape((rows * n, d)), w[1], b[1], width[1])
         if not normalize_before:
-            x = _layer_norm(x, norm[0, 0], norm[1, 0], epsilon[0])
+            flat = _norm_rows(flat, norm[0, 0], norm[1, 0], epsilon[0])
         if cross_attention:
-            h = _layer_norm(x, norm[0, 1], norm[1, 1], epsilon[1]) if normalize_before else x
-            q = _product(h, w[2], b[2]).reshape(heads, head_dim)
-            attended = _attend(q, enc_keys[layer], enc_values[layer], enc_keys[layer].shape[1], enc_padding, padded)
-            x = x + _product(attended, w[3], b[3])
+            h = _norm_rows(flat, norm[0, 1], norm[1, 1], epsilon[1]) if normalize_before else flat
+            q = vector_kernels.product(h, w[2], b[2], width[2]).reshape((rows, n, d))
+            attended = _cross_attend_rows(q, enc_keys[layer], enc_values[layer], enc_padding, padded, heads)
+            flat = flat + vector_kernels.product(attended.reshape((rows * n, d)), w[3], b[3], width[3])
             if not normalize_before:
-                x = _layer_norm(x, norm[0, 1], norm[1, 1], epsilon[1])
-        h = _layer_norm(x, norm[0, 2], norm[1, 2], epsilon[2]) if normalize_before else x
-        x = x + _product(_activate(_product(h, w[4], b[4]), activation), w[5], b[5])
+                flat = _norm_rows(flat, norm[0, 1], norm[1, 1], epsilon[1])
+        h = _norm_rows(flat, norm[0, 2], norm[1, 2], epsilon[2]) if normalize_before else flat
+        inner = vector_kernels.product(h, w[4], b[4], width[4])
+        _activate(inner.reshape(-1), activation)
+        flat = flat + vector_kernels.product(inner, w[5], b[5], width[5])
         if not normalize_before:
-            x = _layer_norm(x, norm[0, 2], norm[1, 2], epsilon[2])
-    return x
+            flat = _norm_rows(flat, norm[0, 2], norm[1, 2], epsilon[2])
+    return flat.reshape((rows, n, d))
 
 
 def compiles(decoder) -> bool:
     """Whether a ``FastDecoder``'s layers run compiled: on a CPU in float32 (where the products run on
-    numpy and oneDNN), with an activation the kernels compute, and layers alike in what the kernels
+    the vector kernel), with an activation the kernels compute, and layers alike in what the kernels
     distinguish (fairseq builds them so)."""
     layers = decoder.layers
     first = layers[0]
-    return all(layer.qkv.uses_numpy and layer.activation in _ACTIVATIONS and layer.activation is first.activation
+    return all(layer.qkv.on_kernel and layer.activation in _ACTIVATIONS and layer.activation is first.activation
                and layer.self_norm.before == first.self_norm.before
                and layer.encoder_attention == first.encoder_attention for layer in layers)
 
@@ -233,31 +210,46 @@ def _norm_arrays(module):
     return module.weight.detach().numpy(), module.bias.detach().numpy(), np.float32(module.eps)
 
 
-class RowStep(_LayerKind):
-    """The one-row, one-token decoder of a ``FastDecoder``: its re-laid weights handed to the kernel."""
+class _CompiledWeights(_LayerKind):
+    """A ``FastDecoder``'s layers as the kernel reads them: packed products, stacked norms."""
 
     def __init__(self, decoder):
-        self.decoder = decoder
-        self.embed_tokens = decoder.embed_tokens.numpy()
         layers = decoder.layers
         super().__init__(layers[0])
-        products, biases, norms, eps = [], [], [], []
+        products, biases, widths, norms, eps = [], [], [], [], []
         for layer in layers:
             parts = [layer.qkv, layer.self_out] + ([layer.enc_q, layer.enc_out] if self.cross_attention else []) \
                 + [layer.fc1, layer.fc2]
             layer_norms = [layer.self_norm.module, layer.enc_norm.module if self.cross_attention else None,
                            layer.ffn_norm.module]
             if not self.cross_attention:  # type-stable placeholders the kernel never reads
-                empty = np.zeros((0, 0), dtype=np.float32)
-                parts = parts[:2] + [_Placeholder(empty), _Placeholder(empty)] + parts[2:]
-            products.append(tuple(part.numpy_weight for part in parts))
-            biases.append(tuple(np.zeros(part.numpy_weight.shape[1], np.float32) if part.numpy_bias is None
-                                else part.numpy_bias for part in parts))
+                parts = parts[:2] + [_PLACEHOLDER, _PLACEHOLDER] + parts[2:]
+            products.append(tuple(part.panels for part in parts))
+            biases.append(tuple(part.panel_bias for part in parts))
+            widths.append(np.array([part.columns for part in parts], dtype=np.int64))
             # without encoder attention the self-attention's norm stands in for the absent one, unread
             arrays = [_norm_arrays(module or layer.self_norm.module) for module in layer_norms]
             norms.append(np.stack([np.stack([a[0] for a in arrays]), np.stack([a[1] for a in arrays])]))
             eps.append(np.array([a[2] for a in arrays], dtype=np.float32))
-        self.products, self.biases, self.norms, self.eps = tuple(products), tuple(biases), tuple(norms), tuple(eps)
+        self.weights = (tuple(products), tuple(biases), tuple(widths), tuple(norms), tuple(eps), self.heads,
+                        self.normalize_before, self.cross_attention, self.activation)
+
+    def layers(self, cache, x: np.ndarray, first: np.ndarray, tree) -> np.ndarray:
+        """``x`` ``[rows, n, d]``: the new tokens' inputs; token ``i`` of row ``r`` at buffer column
+        ``first[r] + i``, after its parent in ``tree`` (``None``: a chain)."""
+        cache.reserve(int(first.max()) + x.shape[1])
+        sees = _NO_TREE if tree is None else tree.sees.numpy()
+        return _pass_layers(x, first, sees, tree is None, *cache.numpy_views(), *self.weights)
+
+
+class RowStep(_CompiledWeights):
+    """The one-row, one-token decoder of a ``FastDecoder`` (greedy at batch 1, and every pass without
+    a draft), embedding to output in numpy: torch's per-call cost would be most of its time."""
+
+    def __init__(self, decoder):
+        super().__init__(decoder)
+        self.decoder = decoder
+        self.embed_tokens = decoder.embed_tokens.numpy()
         fairseq_decoder = decoder.decoder
         self.embedding_norm = _norm_arrays(fairseq_decoder.layernorm_embedding)
         self.final_norm = _norm_arrays(fairseq_decoder.layer_norm)
@@ -273,79 +265,37 @@ class RowStep(_LayerKind):
         decoder = self.decoder
         x = self.embed_tokens[token] * np.float32(decoder.embed_scale)
         if decoder.project_in is not None:
-            x = decoder.project_in.numpy_apply(x)
+            x = decoder.project_in.kernel_apply(x[None])[0]
         if positions is not None:
             x = x + self.position_table[int(positions)]
         if self.embedding_norm is not None:
             x = _layer_norm(x, *self.embedding_norm)
-        cache.reserve(column + 1)
-        keys, values, enc_keys, enc_values, enc_padding, padded = cache.one_row_views()
-        x = _layers(x, column, keys, values, enc_keys, enc_values, enc_padding, padded, self.products, self.biases,
-                    self.norms, self.eps, self.heads, self.normalize_before, self.cross_attention, self.activation)
+        x = self.layers(cache, x.reshape(1, 1, -1), np.array([column]), None)[0, 0]
         if self.final_norm is not None:
             x = _layer_norm(x, *self.final_norm)
         if decoder.project_out is not None:
-            x = decoder.project_out.numpy_apply(x)
+            x = decoder.project_out.kernel_apply(x[None])[0]
         return torch.from_numpy(x).view(1, 1, -1)
 
 
 class _Placeholder:
     """A product slot the kernel never reads (no encoder attention)."""
 
-    def __init__(self, weight):
-        self.numpy_weight, self.numpy_bias = weight, None
+    panels = np.zeros((0, 0, vector_kernels.PANEL), dtype=np.float32)
+    panel_bias = np.zeros(0, dtype=np.float32)
+    columns = 0
 
 
-class CompiledLayers(_LayerKind):
-    """The decoder layers of any other pass (several rows or several new tokens, chains or trees): the
-    matrix products through ``Product`` (OpenBLAS or oneDNN by rows), everything between them compiled."""
+_PLACEHOLDER = _Placeholder()
 
-    def __init__(self, decoder):
-        self.layers = decoder.layers
-        super().__init__(self.layers[0])
-        self.norms = [(_norm_arrays(layer.self_norm.module),
-                       _norm_arrays(layer.enc_norm.module) if self.cross_attention else None,
-                       _norm_arrays(layer.ffn_norm.module)) for layer in self.layers]
+
+class CompiledLayers(_CompiledWeights):
+    """The decoder layers of any other pass (several rows or several new tokens, chains or trees), as
+    one compiled call. Its products run on the vector kernel whatever the rows (on this project's CPU
+    within 15% of oneDNN's single-threaded speed at 480 rows, faster below 160)."""
 
     def __call__(self, cache, x: Tensor, first_index: Tensor, tree) -> Tensor:
-        """``x`` ``[rows, n, d]``: the new tokens' inputs; token ``i`` of row ``r`` at buffer column
-        ``first_index[r] + i``, after its parent in ``tree`` (``None``: a chain)."""
-        n = x.size(1)
-        cache.reserve(int(first_index.max()) + n)
-        first = first_index.numpy()
-        sees = _NO_TREE if tree is None else tree.sees.numpy()
-        padded = cache.enc_mask is not None
-        padding = cache.enc_mask[:, 0, 0].numpy() if padded else _NO_PADDING
-        x = x.numpy()
-        for i, (layer, (self_norm, enc_norm, ffn_norm)) in enumerate(zip(self.layers, self.norms)):
-            h = self._norm(x, self_norm) if self.normalize_before else x
-            attended = _self_attend_rows(_apply(layer.qkv, h), cache.buffers[i, 0].numpy(),
-                                         cache.buffers[i, 1].numpy(), first, sees, tree is None, self.heads)
-            x = x + _apply(layer.self_out, attended)
-            if not self.normalize_before:
-                x = self._norm(x, self_norm)
-            if self.cross_attention:
-                h = self._norm(x, enc_norm) if self.normalize_before else x
-                attended = _cross_attend_rows(_apply(layer.enc_q, h), cache.enc_keys[i].numpy(),
-                                              cache.enc_values[i].numpy(), padding, padded, self.heads)
-                x = x + _apply(layer.enc_out, attended)
-                if not self.normalize_before:
-                    x = self._norm(x, enc_norm)
-            h = _apply(layer.fc1, self._norm(x, ffn_norm) if self.normalize_before else x)
-            x = x + _apply(layer.fc2, _activate(h.reshape(-1), self.activation).reshape(h.shape))
-            if not self.normalize_before:
-                x = self._norm(x, ffn_norm)
-        return torch.from_numpy(x)
-
-    @staticmethod
-    def _norm(x, norm):
-        return _norm_rows(x.reshape(-1, x.shape[-1]), *norm).reshape(x.shape)
-
-
-def _apply(product, x: np.ndarray) -> np.ndarray:
-    """A ``Product`` on numpy rows (its library chosen by their number)."""
-    return product(torch.from_numpy(x)).numpy()
+        return torch.from_numpy(self.layers(cache, x.numpy(), first_index.numpy(), tree))
 
 
 _NO_TREE = np.zeros((0, 0, 0), dtype=np.bool_)
-_NO_PADDING = np.zeros((0, 0), dtype=np.bool_)

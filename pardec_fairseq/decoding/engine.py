@@ -102,7 +102,7 @@ class DraftVerifyDecoder:
         self.observers = []
 
     def decode(self, sample, bos_token=None) -> List[DecodedSentence]:
-        with torch.no_grad(), self.verifier.decoding():
+        with torch.no_grad():
             return self._decode(sample, bos_token)
 
     def _decode(self, sample, bos_token):

@@ -9,30 +9,33 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from pardec_fairseq.decoding import vector_kernels
+
 
 class Product:
     """``x @ weight + bias`` over the last dimension of ``x``, with ``weight`` ``(in, out)``-contiguous.
 
-    On a CPU in float32 the library is chosen by the rows of ``x``, as measured on this project's AMD
-    CPU (the 19 products of a 3-layer d-256 decoder step in sequence, one thread): up to
-    ``numpy_rows`` rows through numpy's BLAS (one row: OpenBLAS gemv, 1.1 ms against 1.4 for torch's
-    MKL ``addmm``; the 18 layer products at 2 and 3 rows 0.30-0.43 and 0.37-0.55 ms against 0.66-0.69
-    and 0.57-0.64 on oneDNN), more through oneDNN with the weight packed once (8 rows 2.0 ms against
-    3.5 for OpenBLAS and 4.1 for MKL; the 8.5 MB output projection is faster there from 2 rows), so the
-    CPU keeps two copies of the decoder's matrices. Elsewhere ``addmm``."""
+    On a CPU in float32 up to ``KERNEL_ROWS`` rows go through this project's vector kernel on a packed
+    copy of the weight (``vector_kernels``: measured on this project's AMD CPU, one thread, it beat
+    OpenBLAS and oneDNN at every row count from 1 to 160: 11 against 14 and 42 us for one row of a
+    (256, 768) weight, 31 against 65 and 63 us for 8 rows), more through oneDNN with the weight packed
+    once (as fast there, and it uses torch's threads). Elsewhere ``addmm``."""
 
-    def __init__(self, weight: Tensor, bias: Optional[Tensor], numpy_rows: int = 3):
-        self.weight, self.bias, self.numpy_rows = weight.contiguous(), bias, numpy_rows
-        self.uses_numpy = weight.device.type == "cpu" and weight.dtype == torch.float32
+    KERNEL_ROWS = 64
+
+    def __init__(self, weight: Tensor, bias: Optional[Tensor]):
+        self.weight, self.bias = weight.contiguous(), bias
+        self.on_kernel = weight.device.type == "cpu" and weight.dtype == torch.float32
         self.packed = None
-        if self.uses_numpy:
-            self.numpy_weight = self.weight.numpy()
-            self.numpy_bias = None if bias is None else bias.numpy()
+        if self.on_kernel:
+            self.columns = weight.size(1)
+            self.panels = vector_kernels.pack(self.weight.numpy())
+            self.panel_bias = vector_kernels.pack_bias(None if bias is None else bias.numpy(), self.columns)
             if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.t().contiguous(), 8)
 
     @classmethod
-    def of(cls, *linears: torch.nn.Linear, scale_first: float = 1.0, numpy_rows: int = 3) -> "Product":
+    def of(cls, *linears: torch.nn.Linear, scale_first: float = 1.0) -> "Product":
         """The products of ``linears`` side by side (the outputs one after the other: q, k and v in one),
         the first one's output multiplied by ``scale_first`` (the query scaling)."""
         weights, biases = [], []
@@ -43,19 +46,16 @@ class Product:
         bias = None
         if any(b is not None for b in biases):
             bias = torch.cat([w.new_zeros(w.size(1)) if b is None else b for w, b in zip(weights, biases)])
-        return cls(torch.cat(weights, 1), bias, numpy_rows)
+        return cls(torch.cat(weights, 1), bias)
 
-    def numpy_apply(self, x: np.ndarray) -> np.ndarray:
-        """The product of numpy rows (CPU, float32)."""
-        out = x @ self.numpy_weight
-        if self.numpy_bias is not None:
-            out += self.numpy_bias
-        return out
+    def kernel_apply(self, x: np.ndarray) -> np.ndarray:
+        """The product of numpy rows ``[rows, in]`` on the vector kernel (CPU, float32)."""
+        return vector_kernels.product(np.ascontiguousarray(x), self.panels, self.panel_bias, self.columns)
 
     def __call__(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, x.size(-1))
-        if self.uses_numpy and flat.size(0) <= self.numpy_rows:
-            out = torch.from_numpy(self.numpy_apply(flat.numpy()))
+        if self.on_kernel and flat.size(0) <= self.KERNEL_ROWS:
+            out = torch.from_numpy(self.kernel_apply(flat.numpy()))
         elif self.packed is not None:
             out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
         elif self.bias is None:

@@ -24,7 +24,6 @@ from typing import List, Optional
 import numpy as np
 import torch
 import torch.nn.functional as F
-from threadpoolctl import ThreadpoolController
 from fairseq.models.transformer import TransformerDecoderBase
 from torch import Tensor
 
@@ -162,7 +161,7 @@ class FastDecoder:
         self.heads, self.head_dim = self.layers[0].heads, self.layers[0].head_dim
         self.own_output_layer = type(decoder).output_layer is not TransformerDecoderBase.output_layer
         if not self.own_output_layer:
-            self.output = Product.of(decoder.output_projection, numpy_rows=1)
+            self.output = Product.of(decoder.output_projection)
         self.row_step, self.compiled = (RowStep(self), CompiledLayers(self)) if compiles(self) else (None, None)
 
     def start(self, enc: Optional[Tensor], enc_padding: Optional[Tensor], rows: int, capacity: int) -> "FastCache":
@@ -220,23 +219,24 @@ class FastCache:
     enc_keys: List[Optional[Tensor]]  # per layer [rows, heads, src, head_dim]
     enc_values: List[Optional[Tensor]]
     enc_mask: Optional[Tensor]  # [rows, 1, 1, src]: True at source padding
-    # the row step's numpy views of a one-row batch's buffers, made once (buffers change only when
-    # they grow or rows leave)
-    row_views: Optional[tuple] = None
+    # the compiled layers' numpy views of the buffers, made once (buffers change only when they grow
+    # or rows leave)
+    views: Optional[tuple] = None
 
-    def one_row_views(self):
-        """Row 0 as numpy, per layer: ``(keys, values, encoder keys, encoder values)`` (tuples over
-        layers; empty arrays without encoder attention), the source padding and whether any is padded."""
-        if self.row_views is None:
+    def numpy_views(self):
+        """The buffers as numpy, per layer: ``(keys, values, encoder keys, encoder values)`` (tuples
+        over layers; empty arrays without encoder attention), the source padding ``[rows, src]`` and
+        whether any is padded."""
+        if self.views is None:
             layers = range(self.buffers.size(0))
-            empty = np.zeros((1, 0, 1), dtype=np.float32)
-            enc_keys = tuple(empty if k is None else k[0].numpy() for k in self.enc_keys)
-            enc_values = tuple(empty if v is None else v[0].numpy() for v in self.enc_values)
+            empty = np.zeros((0, 0, 0, 0), dtype=np.float32)
+            enc_keys = tuple(empty if k is None else k.numpy() for k in self.enc_keys)
+            enc_values = tuple(empty if v is None else v.numpy() for v in self.enc_values)
             padded = self.enc_mask is not None
-            padding = self.enc_mask[0, 0, 0].numpy() if padded else np.zeros(0, dtype=np.bool_)
-            self.row_views = (tuple(self.buffers[i, 0, 0].numpy() for i in layers),
-                              tuple(self.buffers[i, 1, 0].numpy() for i in layers), enc_keys, enc_values, padding, padded)
-        return self.row_views
+            padding = self.enc_mask[:, 0, 0].numpy() if padded else np.zeros((0, 0), dtype=np.bool_)
+            self.views = (tuple(self.buffers[i, 0].numpy() for i in layers),
+                          tuple(self.buffers[i, 1].numpy() for i in layers), enc_keys, enc_values, padding, padded)
+        return self.views
 
     def reserve(self, columns: int):
         """Room for ``columns`` columns: a pass's filler, or a tree's nodes near the end of the output,
@@ -246,7 +246,7 @@ class FastCache:
             shape = list(self.buffers.shape)
             shape[4] = missing
             self.buffers = torch.cat([self.buffers, self.buffers.new_zeros(shape)], 4)
-            self.row_views = None
+            self.views = None
 
     def keep_path(self, valid: Tensor, path: Tensor):
         """Move the keys and values of each row's kept pass positions ``path`` (``[rows, m]``, from
@@ -258,7 +258,7 @@ class FastCache:
         self.buffers.scatter_(4, target.expand_as(index), self.buffers.gather(4, index))
 
     def keep_rows(self, rows: Tensor):
-        self.row_views = None
+        self.views = None
         self.buffers = self.buffers[:, :, rows]
         self.enc_keys = [None if k is None else k[rows] for k in self.enc_keys]
         self.enc_values = [None if v is None else v[rows] for v in self.enc_values]
@@ -281,15 +281,6 @@ class FastVerifier(Verifier):
             if obstacle is not None:
                 logger.info(f"the fast path runs fairseq's own encoder for a model with {obstacle}")
             self.fast_encoders.append(FastEncoder(model.encoder) if obstacle is None else None)
-        self.openblas = None
-        if self.fast_decoders[0].layers[0].qkv.uses_numpy:
-            self.openblas = ThreadpoolController().select(internal_api="openblas")
-
-    def decoding(self):
-        """numpy's OpenBLAS runs single-threaded while decoding: its threads and torch's spin
-        against each other otherwise (13 ms per token instead of 3.3 with two threads each on a
-        2-core CPU); the products are one to a few rows, bound by memory rather than cores."""
-        return self.openblas.limit(limits=1) if self.openblas else super().decoding()
 
     def refresh(self):
         for part in self.fast_decoders + self.fast_encoders:

@@ -7,7 +7,6 @@ decoder features to the arithmetic here, which follows ``EnsembleModel.forward_d
 ``SequenceGenerator`` (temperature, ensemble average, NaN, pad and unknown-word handling), so a
 one-token pass gives fairseq's numbers.
 """
-import contextlib
 import math
 from typing import List, Optional
 
@@ -95,10 +94,6 @@ class Verifier:
 
     def refresh(self):
         """Follow the models' current weights (a path that copied them re-lays them)."""
-
-    def decoding(self):
-        """A context the engine decodes a batch in (a path may set up its libraries there)."""
-        return contextlib.nullcontext()
 
     def steps_and_positions(self, tokens: Tensor, first_index: Tensor, tree: Optional[DraftTree] = None):
         """fairseq's step of each new token and its position (``pad + 1 + step``)."""
