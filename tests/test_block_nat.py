@@ -21,6 +21,7 @@ from pardec_fairseq.criterions.glat_block_loss import GlatBlockLossCriterion, gl
 from pardec_fairseq.decoding import DecodingConfig
 from pardec_fairseq.decoding.acceptance import build_gad_plus_plus_acceptance
 from pardec_fairseq.decoding.drafters.block_nat import NATBlockDrafter
+from pardec_fairseq.decoding.drafters.checkpoints import load_drafter_checkpoint
 from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.block_nat import BlockNATModel, block_nat_architecture, make_blocks
 from pardec_fairseq.tasks.translation_block_nat import draw_prefix_lengths
@@ -285,9 +286,9 @@ def test_fairseq_train_trains_the_drafter_and_gad_decodes_with_it(toy_experiment
     near_misses = run_fairseq(*generate, "--gen-algo", "gad++", "--drafter-path", drafter, "--gad-top-beta", 5,
                               "--gad-tau", 3.0, "--batch-size", 16)
     assert len(hypotheses(near_misses)) == 100
-    with pytest.raises(AssertionError, match="is a transformer checkpoint, not a block drafter"):
+    with pytest.raises(AssertionError, match="is a transformer checkpoint, not a drafter"):
         run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", toy_experiment["checkpoint"])
-    with pytest.raises(AssertionError, match=r"--gen-algo gad and gad\+\+ draft with a block_nat model: pass its"):
+    with pytest.raises(AssertionError, match=r"--gen-algo gad and gad\+\+ draft with a trained drafter: pass its"):
         run_fairseq(*generate, "--gen-algo", "gad")
     with pytest.raises(AssertionError, match="--drafter-path nowhere.pt: no such checkpoint file"):
         run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", "nowhere.pt")
@@ -298,10 +299,12 @@ def test_fairseq_train_trains_the_drafter_and_gad_decodes_with_it(toy_experiment
     torch.save(state, tmp_path / "other_dictionary.pt")
     dictionary = Dictionary.load(str(toy_experiment["data"] / "dict.tgt.txt"))
     verifier = checkpoint_utils.load_model_ensemble([str(toy_experiment["checkpoint"])])[0][0]
-    loaded = NATBlockDrafter.from_checkpoint(str(drafter), dictionary, dictionary, verifier)
+    loaded = NATBlockDrafter.from_state(str(drafter), *load_drafter_checkpoint(str(drafter)), dictionary, dictionary,
+                                        verifier)
     assert loaded.context_window == 2 and loaded.model.decoder.copy_log_temperature is not None
     with pytest.raises(ValueError, match="another target dictionary than the verifier's .*first difference at index 7"):
-        NATBlockDrafter.from_checkpoint(str(tmp_path / "other_dictionary.pt"), dictionary, dictionary, verifier)
+        other = str(tmp_path / "other_dictionary.pt")
+        NATBlockDrafter.from_state(other, *load_drafter_checkpoint(other), dictionary, dictionary, verifier)
     with pytest.raises(AssertionError, match="use --arch block_nat"):
         run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, *BLOCK_NAT, "--arch", "transformer",
                     "--max-update", 1, "--save-dir", tmp_path / "unused")

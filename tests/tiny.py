@@ -49,10 +49,13 @@ def build_transformer(dictionary, seed=0, layers=1, embed_dim=16, heads=2, ffn_d
     return model.eval()
 
 
-def make_batch(dictionary, sentences, left_pad_source=True):
-    """Collate lists of word indices (without EOS) into a fairseq translation batch."""
+def make_batch(dictionary, sentences, left_pad_source=True, targets=None):
+    """Collate lists of word indices (without EOS) into a fairseq translation batch (with ``targets``,
+    lists of word indices too, their target side)."""
     eos = dictionary.eos()
     tensors = [torch.tensor(list(s) + [eos]) for s in sentences]
-    dataset = LanguagePairDataset(tensors, [len(t) for t in tensors], dictionary,
+    target_tensors = None if targets is None else [torch.tensor(list(t) + [eos]) for t in targets]
+    dataset = LanguagePairDataset(tensors, [len(t) for t in tensors], dictionary, target_tensors,
+                                  None if targets is None else [len(t) for t in target_tensors], dictionary,
                                   left_pad_source=left_pad_source)
     return dataset.collater([dataset[i] for i in range(len(tensors))])

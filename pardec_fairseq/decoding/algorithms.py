@@ -1,13 +1,16 @@
 """The plugin's algorithms, each a drafter registered under its ``--gen-algo`` name: greedy,
 input-guided aggressive decoding and the Jacobi family need no extra training; blockwise parallel
 decoding drafts with the heads of a ``blockwise_transformer``, generalized aggressive decoding with
-a trained ``block_nat`` drafter (GAD++: the same drafter, accepting by top-beta within tau);
+a trained ``block_nat`` drafter or a ``draft_head`` riding on the verifier (GAD++: the same
+drafters, accepting by top-beta within tau);
 lookahead decoding verifies the n-grams its Jacobi window produced; retrieval drafting continues
 the output as target-side text of a corpus did."""
 from pardec_fairseq.decoding.acceptance import build_gad_plus_plus_acceptance
 from pardec_fairseq.decoding.drafters import NoDraft
 from pardec_fairseq.decoding.drafters.block_nat import NATBlockDrafter
 from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
+from pardec_fairseq.decoding.drafters.checkpoints import load_drafter_checkpoint
+from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
 from pardec_fairseq.decoding.drafters.input_copy import InputCopyDrafter
 from pardec_fairseq.decoding.drafters.jacobi import JacobiDrafter
 from pardec_fairseq.decoding.drafters.lookahead import LookaheadDrafter
@@ -58,7 +61,11 @@ def blockwise_parallel_decoding(cfg, src_dict, tgt_dict, models):
 
 @register_algorithm("gad")
 def generalized_aggressive_decoding(cfg, src_dict, tgt_dict, models):
-    return NATBlockDrafter.from_checkpoint(cfg.drafter_path, src_dict, tgt_dict, models[0])
+    """The checkpoint of ``--drafter-path`` says which drafter it is."""
+    state, arch = load_drafter_checkpoint(cfg.drafter_path)
+    if arch == "draft_head":
+        return DraftHeadDrafter.from_state(cfg.drafter_path, state, src_dict, tgt_dict, models[0])
+    return NATBlockDrafter.from_state(cfg.drafter_path, state, arch, src_dict, tgt_dict, models[0])
 
 
 @register_algorithm("lookahead")

@@ -113,7 +113,7 @@ class DraftVerifyDecoder:
         cache = verifier.start(net_input, max_len)
         state = DecodingState.begin(src_tokens.size(0), max_len, self.eos if bos_token is None else bos_token,
                                     self.pad, src_tokens.device)
-        self.drafter.begin(net_input, max_len)
+        self.drafter.begin(net_input, max_len, verifier.encoder_states(cache))
         finished = [None] * src_tokens.size(0)
         while True:
             proposal = self._within_length_limit(self.drafter.propose(state), state, max_len)

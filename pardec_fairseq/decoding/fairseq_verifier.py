@@ -77,6 +77,10 @@ class FairseqVerifier(Verifier):
     def rollback(self, cache: FairseqVerifierCache, valid: Tensor, kept: Tensor, new_columns: int, path=None):
         cache_rollback.rollback(self.self_attentions, cache.incremental_states, valid, kept, new_columns)
 
+    def encoder_states(self, cache: FairseqVerifierCache):
+        enc, padding = encoder_states(cache.encoder_outs[0])
+        return None if enc is None else enc.transpose(0, 1), padding
+
     def keep_rows(self, cache: FairseqVerifierCache, rows: Tensor):
         cache.encoder_outs = self.ensemble.reorder_encoder_out(cache.encoder_outs, rows)
         self.ensemble.reorder_incremental_state(cache.incremental_states, rows)

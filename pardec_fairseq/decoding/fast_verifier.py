@@ -176,7 +176,7 @@ class FastDecoder:
         enc_mask = None if enc_padding is None else enc_padding.view(rows, 1, 1, -1)
         weight = self.layers[0].qkv.weight
         buffers = weight.new_zeros(len(self.layers), 2, rows, self.heads, capacity, self.head_dim)
-        return FastCache(buffers, enc_keys, enc_values, enc_mask)
+        return FastCache(buffers, enc_keys, enc_values, enc_mask, enc, enc_padding)
 
     def features(self, cache: "FastCache", tokens: Tensor, positions: Optional[Tensor], first_index: Tensor,
                  tree: Optional[DraftTree] = None):
@@ -219,6 +219,8 @@ class FastCache:
     enc_keys: List[Optional[Tensor]]  # per layer [rows, heads, src, head_dim]
     enc_values: List[Optional[Tensor]]
     enc_mask: Optional[Tensor]  # [rows, 1, 1, src]: True at source padding
+    enc: Optional[Tensor]  # [rows, src, d]: the encoder states (for drafters that read them)
+    enc_padding: Optional[Tensor]  # [rows, src]
     # the compiled layers' numpy views of the buffers, made once (buffers change only when they grow
     # or rows leave)
     views: Optional[tuple] = None
@@ -263,7 +265,9 @@ class FastCache:
         self.enc_keys = [None if k is None else k[rows] for k in self.enc_keys]
         self.enc_values = [None if v is None else v[rows] for v in self.enc_values]
         if self.enc_mask is not None:
-            self.enc_mask = self.enc_mask[rows]
+            self.enc_mask, self.enc_padding = self.enc_mask[rows], self.enc_padding[rows]
+        if self.enc is not None:
+            self.enc = self.enc[rows]
 
 
 @dataclass
@@ -316,6 +320,9 @@ class FastVerifier(Verifier):
 
     def logits(self, model: int, x: Tensor) -> Tensor:
         return self.fast_decoders[model].logits(x)
+
+    def encoder_states(self, cache: FastVerifierCache):
+        return cache.caches[0].enc, cache.caches[0].enc_padding
 
     def rollback(self, cache, valid: Tensor, kept: Tensor, new_columns: int, path: Optional[Tensor] = None):
         """A chain needs nothing: the next pass writes over the columns of rejected tokens. A tree's

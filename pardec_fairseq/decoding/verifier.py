@@ -92,6 +92,11 @@ class Verifier:
         """Model ``model``'s output layer on its decoder features ``x``."""
         raise NotImplementedError
 
+    def encoder_states(self, cache):
+        """The first model's encoder states ``[rows, src, d]`` and source padding ``[rows, src]``
+        (``None`` without any), for drafters that read them."""
+        raise NotImplementedError
+
     def refresh(self):
         """Follow the models' current weights (a path that copied them re-lays them)."""
 

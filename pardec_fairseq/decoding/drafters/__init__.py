@@ -1,6 +1,7 @@
 """Drafters propose each row's next tokens; the engine verifies and accepts them.
 
-A drafter is one object per generator: ``begin`` sets it up for a batch, ``propose`` drafts from
+A drafter is one object per generator: ``begin`` sets it up for a batch (with the verifier's
+encoder states, for drafters that read them), ``propose`` drafts from
 the accepted output so far, ``update`` sees the verifier's scores (``VerifierScores``) and the verdict
 of the pass (before the output advances), and ``keep_rows`` follows finished rows out of the batch.
 """
@@ -16,8 +17,9 @@ class Drafter:
     # whether proposals are trees (several branches per row), which only the fast verifier scores
     drafts_trees = False
 
-    def begin(self, net_input, max_len):
-        pass
+    def begin(self, net_input, max_len, encoded=None):
+        """``encoded``: the first model's encoder states ``[rows, src, d]`` and source padding
+        ``[rows, src]`` (``None`` without any), as the verifier computed them."""
 
     def propose(self, state) -> Proposal:
         raise NotImplementedError

@@ -7,14 +7,13 @@ draft stops before the first padding the drafter predicts (it learned to pad pas
 sentence). The drafter only changes speed: exact acceptance keeps the verifier's greedy output
 whatever it drafts.
 """
-import os
 from types import SimpleNamespace
 
 import torch
-from fairseq import checkpoint_utils
 from fairseq import models as fairseq_models
 
 from pardec_fairseq.decoding.drafters import Drafter
+from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
 from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.block_nat import make_blocks
 
@@ -25,30 +24,15 @@ class NATBlockDrafter(Drafter):
         self.pad, self.eos, self.mask = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()
 
     @classmethod
-    def from_checkpoint(cls, path, src_dict, tgt_dict, verifier):
-        """Load ``--drafter-path``, refusing a missing file, a checkpoint that is not a block drafter
-        and one trained with other dictionaries than the verifier's."""
-        if not path:
-            raise ValueError("--gen-algo gad and gad++ draft with a block_nat model: pass its checkpoint with "
-                             "--drafter-path (train one with --task translation_block_nat --arch block_nat)")
-        if not os.path.isfile(path):
-            raise ValueError(f"--drafter-path {path}: no such checkpoint file")
-        state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    def from_state(cls, path, state, arch, src_dict, tgt_dict, verifier):
+        """The drafter of ``--drafter-path`` (its loaded ``state``), refusing a checkpoint that is not a
+        block drafter and one trained with other dictionaries than the verifier's."""
         saved = state.get("task_state", {})
-        arch = getattr(state["cfg"].model, "arch", None) if state.get("cfg") is not None else None
         if arch != "block_nat" or "target_symbols" not in saved:
-            raise ValueError(f"--drafter-path {path} is a {arch or 'unknown'} checkpoint, not a block drafter: "
-                             "train one with --task translation_block_nat --arch block_nat")
-        for name, dictionary in (("source", src_dict), ("target", tgt_dict)):
-            symbols = saved[f"{name}_symbols"]
-            if symbols != dictionary.symbols:
-                first = next((i for i, (a, b) in enumerate(zip(symbols, dictionary.symbols)) if a != b),
-                             min(len(symbols), len(dictionary.symbols)))
-                raise ValueError(
-                    f"--drafter-path {path} was trained with another {name} dictionary than the verifier's "
-                    f"({len(symbols)} vs {len(dictionary.symbols)} symbols, first difference at index {first}); "
-                    "train the drafter on data binarized with the verifier's dictionaries (fairseq-preprocess "
-                    "--srcdict/--tgtdict)")
+            raise ValueError(f"--drafter-path {path} is a {arch or 'unknown'} checkpoint, not a drafter: train a "
+                             "block drafter with --task translation_block_nat --arch block_nat or a draft head with "
+                             "--task translation_draft_head --arch draft_head")
+        check_dictionaries(path, saved, src_dict, tgt_dict)
         dictionaries = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict)
         model = fairseq_models.build_model(state["cfg"].model, dictionaries)
         model.load_state_dict(state["model"], strict=True, model_cfg=state["cfg"].model)
@@ -57,7 +41,7 @@ class NATBlockDrafter(Drafter):
         task = state["cfg"].task
         return cls(model, task.block_size, tgt_dict, getattr(task, "context_window", 0))
 
-    def begin(self, net_input, max_len):
+    def begin(self, net_input, max_len, encoded=None):
         positions = self.model.max_decoder_positions()
         context = min(max_len, self.context_window) if self.context_window > 0 else max_len
         if context + 1 + self.block_size > positions:

@@ -22,7 +22,7 @@ class BlockwiseHeadsDrafter(Drafter):
             raise ValueError("--gen-algo bpd needs a model with --block-heads 2 or more: head 1 is the verifier")
         self.decoder = decoder
 
-    def begin(self, net_input, max_len):
+    def begin(self, net_input, max_len, encoded=None):
         self.draft = net_input["src_tokens"].new_zeros(net_input["src_tokens"].size(0), 0)
 
     def propose(self, state) -> Proposal:

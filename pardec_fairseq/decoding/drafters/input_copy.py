@@ -35,7 +35,7 @@ class InputCopyDrafter(Drafter):
         self.pad = tgt_dict.pad()
         self.to_target = source_to_target(src_dict, tgt_dict)
 
-    def begin(self, net_input, max_len):
+    def begin(self, net_input, max_len, encoded=None):
         src_tokens = net_input["src_tokens"]
         self.source = self.to_target.to(src_tokens.device)[src_tokens]
         # index of each row's first source token (sources may be left-padded)

@@ -1,0 +1,76 @@
+"""``draft_head_loss``: cross-entropy of the ``draft_head`` drafter's slots.
+
+After each prefix of ``t`` target tokens, slot ``i`` is trained on target token ``t + i`` (the
+EOS included); slots past the end of the sentence are not scored. Only the scored slots are
+projected onto the vocabulary. Besides the loss it logs ``slot1_acc`` (the first slot's accuracy)
+and ``accepted``: the mean number of leading slots predicted right, what exact acceptance would
+keep of each draft if the verifier's outputs were the targets (train on its own greedy outputs).
+"""
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from fairseq import metrics
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
+from fairseq.dataclass import FairseqDataclass
+
+
+@dataclass
+class DraftHeadLossConfig(FairseqDataclass):
+    label_smoothing: float = field(default=0.0, metadata={"help": "label smoothing of the slot targets"})
+
+
+def slot_targets(target, pad, block_size):
+    """``[rows, T, k]``: after ``t`` tokens of ``target`` ``[rows, T]`` (right-padded), slot ``i``'s
+    target ``target[t + i]`` (pad past the end)."""
+    padded = F.pad(target, (0, block_size), value=pad)
+    return padded.unfold(1, block_size, 1)[:, :target.size(1)]
+
+
+@register_criterion("draft_head_loss", dataclass=DraftHeadLossConfig)
+class DraftHeadLossCriterion(FairseqCriterion):
+    def __init__(self, task, label_smoothing):
+        super().__init__(task)
+        if not hasattr(task, "verifier"):
+            raise ValueError("--criterion draft_head_loss trains the draft head: use it with "
+                             "--task translation_draft_head --arch draft_head")
+        self.epsilon = label_smoothing
+
+    def forward(self, model, sample, reduce=True):
+        features = model(**sample["net_input"])  # [rows, T, k, d]
+        rows, length, block_size, _ = features.shape
+        targets = slot_targets(sample["target"], self.padding_idx, block_size)
+        scored = targets.ne(self.padding_idx)
+        logits = model.output_layer(features[scored])
+        lprobs = F.log_softmax(logits.float(), dim=-1)
+        loss, nll = label_smoothed_nll_loss(lprobs, targets[scored], self.epsilon)
+        right = torch.zeros_like(scored)
+        right[scored] = logits.argmax(-1).eq(targets[scored])
+        # leading slots right, at the prefixes whose first slot is scored
+        leading = right.long().cumprod(2).sum(2)[scored[:, :, 0]]
+        sample_size = int(scored.sum())
+        logging_output = {
+            "loss": loss.data, "nll_loss": nll.data, "ntokens": sample_size, "nsentences": rows,
+            "sample_size": sample_size, "prefixes": leading.numel(), "accepted": int(leading.sum()),
+            "slot1_correct": int(right[:, :, 0][scored[:, :, 0]].sum()),
+        }
+        return loss, sample_size, logging_output
+
+    @staticmethod
+    def reduce_metrics(logging_outputs) -> None:
+        total = {key: sum(log.get(key, 0) for log in logging_outputs)
+                 for key in ("loss", "nll_loss", "sample_size", "prefixes", "accepted", "slot1_correct")}
+        size = max(1, total["sample_size"])
+        metrics.log_scalar("loss", total["loss"] / size / math.log(2), size, round=3)
+        metrics.log_scalar("nll_loss", total["nll_loss"] / size / math.log(2), size, round=3)
+        metrics.log_derived("ppl", lambda meters: 2 ** meters["nll_loss"].avg)
+        if total["prefixes"]:
+            metrics.log_scalar("slot1_acc", 100.0 * total["slot1_correct"] / total["prefixes"], total["prefixes"],
+                               round=2)
+            metrics.log_scalar("accepted", total["accepted"] / total["prefixes"], total["prefixes"], round=3)
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True

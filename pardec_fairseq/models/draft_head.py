@@ -1,0 +1,193 @@
+"""A block drafter that rides on the verifier (``draft_head``): it drafts the next ``--block-size``
+tokens from what the verifier already computed.
+
+Why: GAD's block drafter is a second Transformer re-run over the whole accepted prefix every
+iteration (54% of GAD's time here), and the BPD heads see only the verifier's last state (weak). This
+head reads the verifier's encoder output and its decoder states of the accepted prefix, neither
+recomputed, in one or two small layers, and projects with the verifier's own output layer. It is
+trained with the verifier frozen (task ``translation_draft_head``, criterion ``draft_head_loss``).
+
+With ``t`` tokens accepted after BOS, the verifier has computed its final decoder states
+``H_0 .. H_{t-1}`` (``H_j`` after input ``x_j``, ``x_0`` = BOS) and the last accepted token ``x_t``
+has not been through it yet. Slot ``i`` (1..k) predicts ``y_{t+i}``; its input is the verifier's
+embedding of ``x_t`` fused with ``H_{t-1}`` (zeros at ``t = 0``) plus a learned slot embedding. In
+each layer the slots attend to the prefix states (through the layer's own keys and values), to each
+other, and to the source; training covers every ``t`` of every sentence in one call.
+"""
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
+from fairseq.modules import LayerNorm
+from torch import Tensor, nn
+
+
+class HeadLayer(nn.Module):
+    """A pre-norm decoder layer whose self-attention also reads keys and values of the prefix states."""
+
+    def __init__(self, dim: int, encoder_dim: int, heads: int, ffn_dim: int, dropout: float):
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"--head-attention-heads {heads} must divide the verifier's decoder output size {dim}")
+        self.heads, self.dropout = heads, dropout
+        self.self_norm, self.enc_norm, self.ffn_norm = LayerNorm(dim), LayerNorm(dim), LayerNorm(dim)
+        self.q, self.slot_kv, self.memory_kv = nn.Linear(dim, dim), nn.Linear(dim, 2 * dim), nn.Linear(dim, 2 * dim)
+        self.self_out = nn.Linear(dim, dim)
+        self.enc_q, self.enc_kv, self.enc_out = nn.Linear(dim, dim), nn.Linear(encoder_dim, 2 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, ffn_dim), nn.Linear(ffn_dim, dim)
+
+    def split(self, x: Tensor) -> Tensor:
+        """``[rows, n, h * hd]`` -> ``[rows, h, n, hd]``."""
+        return x.view(x.size(0), x.size(1), self.heads, -1).transpose(1, 2)
+
+    def keys_values(self, projection: nn.Linear, x: Tensor) -> Tuple[Tensor, Tensor]:
+        keys, values = projection(x).chunk(2, dim=-1)
+        return self.split(keys), self.split(values)
+
+    def attend(self, q: Tensor, keys: Tensor, values: Tensor, visible: Tensor) -> Tensor:
+        out = F.scaled_dot_product_attention(self.split(q), keys, values, attn_mask=visible,
+                                             dropout_p=self.dropout if self.training else 0.0)
+        return out.transpose(1, 2).reshape(q.shape)
+
+    def forward(self, x, memory: Tuple[Tensor, Tensor], visible, encoder: Tuple[Tensor, Tensor], encoder_visible):
+        """``x`` ``[rows, n, d]`` the slots; ``memory``: the prefix states' keys and values
+        ``[rows, h, m, hd]``; ``visible`` (broadcast to ``[rows, h, n, m + n]``): which prefix states
+        and slots each slot attends to; ``encoder_visible`` likewise over the source."""
+        h = self.self_norm(x)
+        slot_keys, slot_values = self.keys_values(self.slot_kv, h)
+        keys, values = torch.cat([memory[0], slot_keys], 2), torch.cat([memory[1], slot_values], 2)
+        x = x + F.dropout(self.self_out(self.attend(self.q(h), keys, values, visible)), self.dropout, self.training)
+        h = self.enc_norm(x)
+        x = x + F.dropout(self.enc_out(self.attend(self.enc_q(h), *encoder, encoder_visible)), self.dropout,
+                          self.training)
+        h = F.dropout(F.relu(self.fc1(self.ffn_norm(x))), self.dropout, self.training)
+        return x + F.dropout(self.fc2(h), self.dropout, self.training)
+
+
+class DraftHead(nn.Module):
+    """The head's own weights, given the verifier's sizes."""
+
+    def __init__(self, args, block_size: int, embed_dim: int, dim: int, encoder_dim: int):
+        super().__init__()
+        self.block_size = block_size
+        self.fuse = nn.Linear(embed_dim + dim, dim)
+        self.slot_embedding = nn.Parameter(torch.randn(block_size, dim) * dim ** -0.5)
+        self.layers = nn.ModuleList(HeadLayer(dim, encoder_dim, args.head_attention_heads, args.head_ffn_dim,
+                                              args.dropout) for _ in range(args.head_layers))
+        self.final_norm = LayerNorm(dim)
+
+    def slots(self, token_embedding: Tensor, last_state: Tensor) -> Tensor:
+        """``[rows, n, k, d]`` slot inputs from ``[rows, n, e]`` token embeddings and ``[rows, n, d]`` states."""
+        fused = self.fuse(torch.cat([token_embedding, last_state], -1))
+        return fused.unsqueeze(2) + self.slot_embedding
+
+    def forward(self, x, memories: List[Tuple[Tensor, Tensor]], visible, encoders: List[Tuple[Tensor, Tensor]],
+                encoder_visible) -> Tensor:
+        for layer, memory, encoder in zip(self.layers, memories, encoders):
+            x = layer(x, memory, visible, encoder, encoder_visible)
+        return self.final_norm(x)
+
+
+def verifier_fingerprint(verifier) -> list:
+    """Sums that tell one verifier's weights from another's (output projection and embeddings)."""
+    decoder = verifier.decoder
+    tensors = [decoder.embed_tokens.weight, decoder.output_projection.weight, verifier.encoder.embed_tokens.weight]
+    return [float(t.detach().double().sum()) for t in tensors] + [float(t.detach().double().abs().sum()) for t in tensors]
+
+
+def same_fingerprint(a, b) -> bool:
+    return len(a) == len(b) and all(abs(x - y) <= 1e-6 * max(1.0, abs(x), abs(y)) for x, y in zip(a, b))
+
+
+def source_visible(padding: Optional[Tensor], enc: Tensor) -> Tensor:
+    """``[rows or 1, 1, 1, src]``: the source positions that are not padding."""
+    if padding is None:
+        return torch.ones(1, 1, 1, enc.size(1), dtype=torch.bool, device=enc.device)
+    return ~padding.view(padding.size(0), 1, 1, -1)
+
+
+@register_model("draft_head")
+class DraftHeadModel(BaseFairseqModel):
+    """The head with its frozen verifier: only the head's weights train and are saved."""
+
+    def __init__(self, head: DraftHead, verifier):
+        super().__init__()
+        self.head = head
+        self.attach(verifier)
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--head-layers", type=int, help="layers of the head (1 or 2 are enough)")
+        parser.add_argument("--head-attention-heads", type=int, help="attention heads per layer")
+        parser.add_argument("--head-ffn-dim", type=int, help="inner size of each layer's feed-forward block")
+        parser.add_argument("--dropout", type=float, help="dropout in the head")
+
+    @classmethod
+    def build_model(cls, args, task):
+        verifier = task.verifier
+        decoder = verifier.decoder
+        head = DraftHead(args, task.cfg.block_size, decoder.embed_tokens.embedding_dim, decoder.output_embed_dim,
+                         verifier.encoder.embed_tokens.embedding_dim)
+        return cls(head, verifier)
+
+    def attach(self, verifier):
+        """Ride on ``verifier``, kept in eval mode (its weights are frozen by the training task)."""
+        self.verifier = verifier
+        verifier.eval()
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.verifier.eval()
+        return self
+
+    def state_dict(self, *args, **kwargs):
+        return {key: value for key, value in super().state_dict(*args, **kwargs).items()
+                if not key.startswith("verifier.")}
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """A saved head has no verifier weights: the attached verifier's stand in."""
+        own = {f"verifier.{key}": value for key, value in self.verifier.state_dict().items()}
+        return super().load_state_dict({**own, **state_dict}, strict=strict, model_cfg=model_cfg, args=args)
+
+    def max_positions(self):
+        return self.verifier.max_positions()
+
+    def encoder_keys_values(self, enc: Tensor) -> List[Tuple[Tensor, Tensor]]:
+        """Each layer's keys and values of the verifier's encoder states ``[rows, src, d]``."""
+        return [layer.keys_values(layer.enc_kv, enc) for layer in self.head.layers]
+
+    def memory_keys_values(self, states: Tensor) -> List[Tuple[Tensor, Tensor]]:
+        """Each layer's keys and values of verifier decoder states ``[rows, n, d]``."""
+        return [layer.keys_values(layer.memory_kv, states) for layer in self.head.layers]
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        return self.verifier.decoder.output_layer(features)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
+        """Slot features ``[rows, T, k, d]`` for every prefix length ``t`` of the targets whose
+        decoder input is ``prev_output_tokens`` ``[rows, T]`` (BOS, y_1 .. y_{T-1})."""
+        with torch.no_grad():
+            encoder_out = self.verifier.encoder(src_tokens, src_lengths=src_lengths)
+            states, _ = self.verifier.decoder.extract_features(prev_output_tokens, encoder_out=encoder_out)
+            enc = encoder_out["encoder_out"][0].transpose(0, 1)
+            padding = encoder_out["encoder_padding_mask"][0] if encoder_out["encoder_padding_mask"] else None
+            token_embedding = self.verifier.decoder.embed_tokens(prev_output_tokens)
+        rows, length, _ = states.shape
+        k = self.head.block_size
+        last_state = F.pad(states[:, :-1], (0, 0, 1, 0))  # H_{t-1}, zeros at t = 0
+        x = self.head.slots(token_embedding, last_state).view(rows, length * k, -1)
+        t = torch.arange(length, device=states.device).repeat_interleave(k)
+        # slot (t, i) sees the states before t and the slots of the same t: [T k, T + T k]
+        visible = torch.cat([torch.arange(length, device=t.device) < t.unsqueeze(1), t.unsqueeze(1) == t], 1)
+        features = self.head(x, self.memory_keys_values(states), visible, self.encoder_keys_values(enc),
+                             source_visible(padding, enc))
+        return features.view(rows, length, k, -1)
+
+
+@register_model_architecture("draft_head", "draft_head")
+def draft_head_architecture(args):
+    args.head_layers = getattr(args, "head_layers", 1)
+    args.head_attention_heads = getattr(args, "head_attention_heads", 4)
+    args.head_ffn_dim = getattr(args, "head_ffn_dim", 1024)
+    args.dropout = getattr(args, "dropout", 0.1)

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Train a draft head (the drafter that rides on the verifier) with fairseq-train, the verifier frozen.
+#   scripts/train_draft_head.sh DATA_BIN VERIFIER.pt SAVE_DIR -s SRC -t TGT [--minutes M] [--block-size K]
+#                               [--layers L] [--max-tokens N] [--nproc N] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
+# DATA_BIN: binarized with the verifier's dictionaries, best its own greedy outputs on the train
+#           sources (scripts/distill.sh ... --beam 1), which are what the head must predict
+# --minutes M    stop after M minutes of wall clock (default 60)
+# --block-size K tokens drafted per call (default 4)
+# --layers L     layers of the head (default 1)
+# --max-tokens N target-side batch size in tokens (default 2048)
+# A finished training in SAVE_DIR (marked by SAVE_DIR/.trained) is reused; the log is SAVE_DIR/train.log.
+# Decode with: fairseq-generate ... --task translation_pardec --gen-algo gad --drafter-path SAVE_DIR/checkpoint_last.pt
+set -euo pipefail
+[ $# -ge 3 ] || { sed -n 2,12p "$0" >&2; exit 2; }
+data=$1 verifier=$2 save=$3; shift 3
+src="" tgt="" minutes=60 block_size=4 layers=1 max_tokens=2048 nproc=1 extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -s) src=$2; shift 2 ;;
+    -t) tgt=$2; shift 2 ;;
+    --minutes) minutes=$2; shift 2 ;;
+    --block-size) block_size=$2; shift 2 ;;
+    --layers) layers=$2; shift 2 ;;
+    --max-tokens) max_tokens=$2; shift 2 ;;
+    --nproc) nproc=$2; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "train_draft_head.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[ -n "$src" ] && [ -n "$tgt" ] || { echo "train_draft_head.sh: -s SRC and -t TGT are required" >&2; exit 2; }
+[ -f "$verifier" ] || { echo "train_draft_head.sh: verifier checkpoint $verifier not found" >&2; exit 1; }
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+mkdir -p "$save"
+if [ -f "$save/.trained" ]; then
+  echo "train_draft_head.sh: reusing the head in $save (delete $save/.trained to train again)"
+  exit 0
+fi
+args=("$data" --user-dir "$root/pardec_fairseq" --task translation_draft_head -s "$src" -t "$tgt"
+  --verifier-path "$verifier" --block-size "$block_size" --arch draft_head --head-layers "$layers"
+  --criterion draft_head_loss --optimizer adam --adam-betas "(0.9,0.98)" --lr 1e-3
+  --lr-scheduler inverse_sqrt --warmup-updates 200 --max-tokens "$max_tokens" --max-epoch 100
+  --stop-time-hours "$(python3 -c "print($minutes / 60)")" --save-dir "$save" --no-epoch-checkpoints
+  --log-format simple --log-interval 20 --num-workers 0 --seed 1 "${extra[@]}")
+echo "train_draft_head.sh: training a $block_size-token head for $minutes minutes; log: $save/train.log"
+if [ "$nproc" -gt 1 ]; then
+  bash "$root/scripts/train_distributed.sh" --nproc "$nproc" --log-dir "$save/logs" -- "${args[@]}" > "$save/train.log" 2>&1
+else
+  "$root/.venv/bin/fairseq-train" "${args[@]}" > "$save/train.log" 2>&1
+fi || { echo "train_draft_head.sh: fairseq-train failed; see $save/train.log" >&2; tail -5 "$save/train.log" >&2; exit 1; }
+grep -E "\| valid on" "$save/train.log" | tail -1 | sed 's/.*| valid on/valid on/' | cut -c1-160
+touch "$save/.trained"

@@ -1,0 +1,191 @@
+"""The draft head (``draft_head``): lossless whatever it drafts, its training targets, the same slot
+features in training (every prefix at once) as in decoding (one prefix per call), and the CLI from
+``fairseq-train`` to ``fairseq-generate --gen-algo gad``, refusing a head trained for another verifier."""
+import argparse
+from types import SimpleNamespace
+
+import pytest
+import torch
+from fairseq import checkpoint_utils
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
+from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
+from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
+from pardec_fairseq.decoding import build_generator
+from pardec_fairseq.models.draft_head import DraftHead, DraftHeadModel, draft_head_architecture
+from test_lossless_matches_fairseq import (GENERATION_DEFAULTS, assert_same_hypotheses, fairseq_beam_one, plugin,
+                                          sentences)
+from test_block_nat import hypotheses
+from test_scripts import free_port, run_script
+from tiny import build_transformer, make_batch, make_dictionary
+
+
+def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0):
+    args = argparse.Namespace(head_layers=layers, head_attention_heads=2, head_ffn_dim=24, dropout=dropout)
+    draft_head_architecture(args)
+    torch.manual_seed(seed)
+    decoder = verifier.decoder
+    head = DraftHead(args, block_size, decoder.embed_tokens.embedding_dim, decoder.output_embed_dim,
+                     verifier.encoder.embed_tokens.embedding_dim)
+    return DraftHeadModel(head, verifier.requires_grad_(False))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), block_size=st.integers(1, 6), layers=st.integers(1, 2),
+       eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
+       verifier_path=st.sampled_from(["fast", "fairseq"]), pre_norm=st.booleans())
+def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size, layers, eos_bias, batch, max_len_b,
+                                                               batch_of, verifier_path, pre_norm):
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias,
+                                 decoder_normalize_before=pre_norm, encoder_normalize_before=pre_norm)
+    collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
+    expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
+    drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval())
+    decoding = SimpleNamespace(verifier=verifier_path)
+    actual, stats = plugin("greedy", [verifier], dictionary, collated, decoding=decoding, max_len_b=max_len_b,
+                           drafter=drafter)
+    assert_same_hypotheses(expected, actual)
+    assert stats.iterations <= stats.tokens
+
+
+def test_slot_targets_are_the_next_tokens_after_each_prefix():
+    pad = 1
+    target = torch.tensor([[10, 11, 12, 2], [20, 2, pad, pad]])
+    expected = torch.tensor([[[10, 11, 12], [11, 12, 2], [12, 2, pad], [2, pad, pad]],
+                             [[20, 2, pad], [2, pad, pad], [pad, pad, pad], [pad, pad, pad]]])
+    assert torch.equal(slot_targets(target, pad, 3), expected)
+
+
+def test_training_sees_every_prefix_as_decoding_does():
+    """The slot features of prefix ``t`` in one training call equal the drafter's proposal after the
+    verifier's greedy output's first ``t`` tokens (and do not depend on what follows them)."""
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=4, layers=2, eos_bias=-3.0).eval()
+    model = build_head(verifier, block_size=3, layers=2, seed=5).eval()
+    batch = make_batch(dictionary, [[4, 5, 6, 7], [8, 9]])
+    output = fairseq_beam_one([verifier], dictionary, batch, max_len_b=8)
+    row = 0
+    tokens = output[row][0]["tokens"]
+    net_input = batch["net_input"]
+    prev_output = torch.cat([torch.tensor([dictionary.eos()]), tokens[:-1]]).unsqueeze(0)
+    source = {"src_tokens": net_input["src_tokens"][row:row + 1], "src_lengths": net_input["src_lengths"][row:row + 1]}
+    features = model(**source, prev_output_tokens=prev_output)
+    changed = prev_output.clone()
+    changed[0, -1] = 7 if int(changed[0, -1]) != 7 else 8
+    assert torch.allclose(model(**source, prev_output_tokens=changed)[0, :-1], features[0, :-1], atol=1e-6)
+
+    drafter = DraftHeadDrafter(model)
+    generator = build_generator("greedy", [verifier], dictionary,
+                                argparse.Namespace(**dict(GENERATION_DEFAULTS, max_len_b=8)), None)
+    generator.decoder.drafter = drafter
+    recorder = _SlotRecorder(drafter)
+    generator.decoder.observers.append(recorder)
+    assert generator.generate([verifier], batch)[row][0]["tokens"].tolist() == tokens.tolist()
+    assert recorder.slots, "the drafter proposed"
+    for t, slots in recorder.slots:
+        assert torch.allclose(slots, features[0, t], atol=1e-5), t
+
+
+class _SlotRecorder:
+    """After each pass (before the drafter sees it), the slot features the drafter proposed from,
+    for the batch's first sentence."""
+
+    def __init__(self, drafter):
+        self.drafter, self.slots = drafter, []
+
+    def after_pass(self, state, proposal, scores, verdict):
+        first = (state.rows == 0).nonzero()
+        if first.numel():
+            row = int(first)
+            self.slots.append((int(state.lengths[row]), self.drafter.slot_features(state)[row]))
+
+
+def test_the_loss_scores_the_slots_before_the_end_alone():
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=1, layers=1).eval()
+    model = build_head(verifier, block_size=2).eval()
+    batch = make_batch(dictionary, [[4, 5, 6], [7, 8]], targets=[[9, 10, 11], [12]])
+    task = SimpleNamespace(target_dictionary=dictionary, verifier=verifier)
+    loss, sample_size, log = DraftHeadLossCriterion(task, label_smoothing=0.0)(model, batch)
+    # targets 3 + EOS and 1 + EOS tokens: slots (t, i) with t + i inside the sentence
+    assert sample_size == (4 + 3) + (2 + 1) == log["ntokens"]
+    assert log["prefixes"] == 4 + 2
+    features = model(**batch["net_input"])
+    targets = slot_targets(batch["target"], dictionary.pad(), 2)
+    scored = targets.ne(dictionary.pad())
+    lprobs = torch.log_softmax(model.output_layer(features[scored]), -1)
+    assert loss.item() == pytest.approx(-lprobs.gather(1, targets[scored].unsqueeze(1)).sum().item(), rel=1e-5)
+    loss.backward()
+    assert model.head.fuse.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in verifier.parameters())
+
+
+def test_the_head_saves_its_own_weights_and_keeps_the_verifier_in_eval_mode():
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=1, layers=1)
+    model = build_head(verifier).train()
+    assert not verifier.training and all(not p.requires_grad for p in verifier.parameters())
+    state = model.state_dict()
+    assert state and not any(key.startswith("verifier.") for key in state)
+    other = build_head(verifier, seed=9)
+    other.load_state_dict(state)
+    assert torch.equal(other.head.fuse.weight, model.head.fuse.weight)
+
+
+DRAFT_HEAD = ["--task", "translation_draft_head", "--arch", "draft_head", "--criterion", "draft_head_loss",
+              "--block-size", 3, "--head-attention-heads", 2, "--head-ffn-dim", 32,
+              *TINY_TRANSFORMER[TINY_TRANSFORMER.index("--optimizer"):]]
+
+
+@pytest.fixture(scope="module")
+def toy_head(toy_experiment, tmp_path_factory):
+    checkpoints = tmp_path_factory.mktemp("toy_head")
+    log = run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, *DRAFT_HEAD,
+                      "--verifier-path", toy_experiment["checkpoint"], "--max-update", 4, "--save-dir", checkpoints,
+                      "--log-interval", 1, "--log-format", "simple")
+    return {"checkpoint": checkpoints / "checkpoint_last.pt", "log": log}
+
+
+def test_a_head_trained_through_fairseq_train_decodes_losslessly(toy_experiment, toy_head, tmp_path):
+    assert "accepted" in toy_head["log"] and "slot1_acc" in toy_head["log"]
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(toy_head["checkpoint"]))
+    assert not any(key.startswith("verifier.") for key in state["model"])
+    generate = ("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
+                "--path", toy_experiment["checkpoint"], "--gen-subset", "test", "--max-len-b", 20)
+
+    greedy = hypotheses(run_fairseq(*generate, "--beam", 1, "--batch-size", 16))
+    assert len(greedy) == 100
+    for batch_size in (1, 16):
+        gad = run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", toy_head["checkpoint"],
+                          "--batch-size", batch_size)
+        assert hypotheses(gad) == greedy
+    # a head trained for other verifier weights is refused before decoding
+    verifier_state = checkpoint_utils.load_checkpoint_to_cpu(str(toy_experiment["checkpoint"]))
+    verifier_state["model"]["decoder.embed_tokens.weight"][5] += 1.0
+    verifier_state["cfg"] = OmegaConf.to_container(verifier_state["cfg"])
+    torch.save(verifier_state, tmp_path / "other_verifier.pt")
+    other = list(generate)
+    other[other.index("--path") + 1] = tmp_path / "other_verifier.pt"
+    with pytest.raises(AssertionError, match="is a draft head trained for another verifier"):
+        run_fairseq(*other, "--gen-algo", "gad", "--drafter-path", toy_head["checkpoint"])
+    with pytest.raises(AssertionError, match="pass the verifier's checkpoint with --verifier-path"):
+        run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, *DRAFT_HEAD, "--max-update", 1,
+                    "--save-dir", tmp_path / "unused")
+    with pytest.raises(AssertionError, match="use --arch draft_head"):
+        run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_draft_head",
+                    "--criterion", "draft_head_loss", *TINY_TRANSFORMER, "--verifier-path", toy_experiment["checkpoint"],
+                    "--max-update", 1, "--save-dir", tmp_path / "unused")
+
+
+def test_head_training_with_two_local_processes(toy_experiment, tmp_path):
+    output = run_script("train_distributed.sh", "--nproc", 2, "--backend", "gloo",
+                        "--master", f"127.0.0.1:{free_port()}", "--log-dir", tmp_path / "logs", "--",
+                        toy_experiment["data"], "--user-dir", USER_DIR, *DRAFT_HEAD,
+                        "--verifier-path", toy_experiment["checkpoint"], "--max-update", 3,
+                        "--save-dir", tmp_path / "checkpoints")
+    assert "distributed init (rank 1)" in (tmp_path / "logs" / "rank1.log").read_text()
+    assert "done training" in output and (tmp_path / "checkpoints" / "checkpoint_last.pt").exists()
