@@ -6,7 +6,7 @@ few vectors. Issued one by one from Python each costs about a microsecond of cal
 several (torch), more than the arithmetic: on this project's CPU the layers of one greedy step of the
 3-layer d-256 demo model took 352 us as ~200 numpy calls and 173 us as one compiled call, whose time
 is its matrix products. Every pass runs its layers as one compiled call (``_pass_layers``,
-following ``_Layer.forward``, fairseq's decoder layer, exactly) with the matrix products on the
+following ``DecoderLayer.forward``, fairseq's decoder layer, exactly) with the matrix products on the
 vector kernel (``vector_kernels``); the one-row, one-token pass (greedy at batch 1, and every pass
 without a draft) also embeds and normalises in numpy (``RowStep``). The compiled code is cached
 beside this file, so only the first run on a machine compiles.
@@ -150,7 +150,7 @@ def _activate(h, activation):
 @numba.njit(cache=True, nogil=True)
 def _pass_layers(x, first, sees, chain, keys, values, enc_keys, enc_values, enc_padding, padded, products, biases,
                  widths, norms, eps, heads, normalize_before, cross_attention, activation):
-    """Every decoder layer of a pass, as ``_Layer.forward``: ``x`` ``[rows, n, d]`` the new tokens'
+    """Every decoder layer of a pass, as ``DecoderLayer.forward``: ``x`` ``[rows, n, d]`` the new tokens'
     inputs, token ``i`` of row ``r`` written at buffer column ``first[r] + i`` of ``keys[l]``/
     ``values[l]`` ``[rows, heads, capacity, hd]`` and attending as ``_self_attend_rows`` says. Per
     layer ``l``: ``products[l]`` holds the packed weights of q/k/v, self-attention out,

@@ -64,25 +64,34 @@ def fast_path_obstacle(decoder) -> Optional[str]:
     return None
 
 
-class _Layer:
-    """One ``TransformerDecoderLayerBase``'s weights, re-laid."""
+class DecoderLayer:
+    """One pre- or post-norm decoder layer's weights, re-laid: a fairseq ``TransformerDecoderLayerBase``
+    (``of``), or any layer of the same arithmetic (the draft head's)."""
 
-    def __init__(self, layer):
-        self_attn = layer.self_attn
-        self.heads, self.head_dim = self_attn.num_heads, self_attn.head_dim
-        self.qkv = Product.of(self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, scale_first=self_attn.scaling)
-        self.self_out = Product.of(self_attn.out_proj)
-        self.self_norm = Norm(layer.self_attn_layer_norm, layer.normalize_before)
-        self.encoder_attention = layer.encoder_attn is not None
+    def __init__(self, heads: int, qkv: Product, self_out: Product, self_norm: Norm, fc1: Product, fc2: Product,
+                 activation, ffn_norm: Norm, encoder: Optional[tuple] = None):
+        """``qkv``: q (scaled), k and v side by side; ``encoder``: the encoder attention's ``(q
+        (scaled), k and v side by side, out, norm)``, or ``None`` without one."""
+        self.heads, self.head_dim = heads, qkv.weight.size(1) // 3 // heads
+        self.qkv, self.self_out, self.self_norm = qkv, self_out, self_norm
+        self.encoder_attention = encoder is not None
         if self.encoder_attention:
+            self.enc_q, self.enc_kv, self.enc_out, self.enc_norm = encoder
+        self.fc1, self.fc2, self.activation, self.ffn_norm = fc1, fc2, activation, ffn_norm
+
+    @classmethod
+    def of(cls, layer) -> "DecoderLayer":
+        self_attn, before = layer.self_attn, layer.normalize_before
+        encoder = None
+        if layer.encoder_attn is not None:
             attn = layer.encoder_attn
-            self.enc_q = Product.of(attn.q_proj, scale_first=attn.scaling)
-            self.enc_kv = Product.of(attn.k_proj, attn.v_proj)
-            self.enc_out = Product.of(attn.out_proj)
-            self.enc_norm = Norm(layer.encoder_attn_layer_norm, layer.normalize_before)
-        self.fc1, self.fc2 = Product.of(layer.fc1), Product.of(layer.fc2)
-        self.activation = layer.activation_fn
-        self.ffn_norm = Norm(layer.final_layer_norm, layer.normalize_before)
+            encoder = (Product.of(attn.q_proj, scale_first=attn.scaling), Product.of(attn.k_proj, attn.v_proj),
+                       Product.of(attn.out_proj), Norm(layer.encoder_attn_layer_norm, before))
+        return cls(self_attn.num_heads,
+                   Product.of(self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, scale_first=self_attn.scaling),
+                   Product.of(self_attn.out_proj), Norm(layer.self_attn_layer_norm, before),
+                   Product.of(layer.fc1), Product.of(layer.fc2), layer.activation_fn,
+                   Norm(layer.final_layer_norm, before), encoder)
 
     def encoder_keys_values(self, enc: Tensor):
         """``enc`` ``[rows, src, d]`` -> keys and values ``[rows, heads, src, head_dim]``."""
@@ -144,6 +153,21 @@ class _Write:
             buffer.scatter_(2, self.index, new)
 
 
+def run_layers(layers: List[DecoderLayer], compiled: Optional[CompiledLayers], cache: "FastCache", x: Tensor,
+               first_index: Tensor, tree) -> Tensor:
+    """The layers of a pass over the new tokens' inputs ``x`` ``[rows, n, d]``: token ``i`` of row ``r``
+    at buffer column ``first_index[r] + i``, seeing the columns before it and, among the new ones,
+    those ``tree.sees`` says (``None``: those up to itself); compiled where ``compiled`` is given."""
+    if compiled is not None:
+        return compiled(cache, x.contiguous(), first_index, tree)
+    write = _Write.plan(first_index, x.size(1), layers[0].heads, layers[0].head_dim, tree)
+    cache.reserve(write.columns)
+    for i, layer in enumerate(layers):
+        x = layer.forward(x, cache.buffers[i, 0], cache.buffers[i, 1], write, cache.enc_keys[i], cache.enc_values[i],
+                          cache.enc_mask)
+    return x
+
+
 class FastDecoder:
     """A fairseq ``TransformerDecoderBase`` re-laid for the fast path."""
 
@@ -157,7 +181,7 @@ class FastDecoder:
         self.embed_tokens, self.embed_scale = decoder.embed_tokens.weight.detach(), decoder.embed_scale
         self.project_in = None if decoder.project_in_dim is None else Product.of(decoder.project_in_dim)
         self.project_out = None if decoder.project_out_dim is None else Product.of(decoder.project_out_dim)
-        self.layers = [_Layer(layer) for layer in decoder.layers]
+        self.layers = [DecoderLayer.of(layer) for layer in decoder.layers]
         self.heads, self.head_dim = self.layers[0].heads, self.layers[0].head_dim
         self.own_output_layer = type(decoder).output_layer is not TransformerDecoderBase.output_layer
         if not self.own_output_layer:
@@ -191,14 +215,7 @@ class FastDecoder:
             x = x + embed_positions(decoder.embed_positions, positions)
         if decoder.layernorm_embedding is not None:
             x = layer_norm(x, decoder.layernorm_embedding)
-        if self.compiled is not None:
-            x = self.compiled(cache, x.contiguous(), first_index, tree)
-        else:
-            write = _Write.plan(first_index, tokens.size(1), self.heads, self.head_dim, tree)
-            cache.reserve(write.columns)
-            for i, layer in enumerate(self.layers):
-                x = layer.forward(x, cache.buffers[i, 0], cache.buffers[i, 1], write, cache.enc_keys[i],
-                                  cache.enc_values[i], cache.enc_mask)
+        x = run_layers(self.layers, self.compiled, cache, x, first_index, tree)
         if decoder.layer_norm is not None:
             x = layer_norm(x, decoder.layer_norm)
         if self.project_out is not None:

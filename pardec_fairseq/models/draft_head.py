@@ -82,6 +82,14 @@ class DraftHead(nn.Module):
         fused = self.fuse(torch.cat([token_embedding, last_state], -1))
         return fused.unsqueeze(2) + self.slot_embedding
 
+    def encoder_keys_values(self, enc: Tensor) -> List[Tuple[Tensor, Tensor]]:
+        """Each layer's keys and values of the verifier's encoder states ``[rows, src, d]``."""
+        return [layer.keys_values(layer.enc_kv, enc) for layer in self.layers]
+
+    def memory_keys_values(self, states: Tensor) -> List[Tuple[Tensor, Tensor]]:
+        """Each layer's keys and values of verifier decoder states ``[rows, n, d]``."""
+        return [layer.keys_values(layer.memory_kv, states) for layer in self.layers]
+
     def forward(self, x, memories: List[Tuple[Tensor, Tensor]], visible, encoders: List[Tuple[Tensor, Tensor]],
                 encoder_visible) -> Tensor:
         for layer, memory, encoder in zip(self.layers, memories, encoders):
@@ -153,14 +161,6 @@ class DraftHeadModel(BaseFairseqModel):
     def max_positions(self):
         return self.verifier.max_positions()
 
-    def encoder_keys_values(self, enc: Tensor) -> List[Tuple[Tensor, Tensor]]:
-        """Each layer's keys and values of the verifier's encoder states ``[rows, src, d]``."""
-        return [layer.keys_values(layer.enc_kv, enc) for layer in self.head.layers]
-
-    def memory_keys_values(self, states: Tensor) -> List[Tuple[Tensor, Tensor]]:
-        """Each layer's keys and values of verifier decoder states ``[rows, n, d]``."""
-        return [layer.keys_values(layer.memory_kv, states) for layer in self.head.layers]
-
     def output_layer(self, features: Tensor) -> Tensor:
         return self.verifier.decoder.output_layer(features)
 
@@ -180,7 +180,7 @@ class DraftHeadModel(BaseFairseqModel):
         t = torch.arange(length, device=states.device).repeat_interleave(k)
         # slot (t, i) sees the states before t and the slots of the same t: [T k, T + T k]
         visible = torch.cat([torch.arange(length, device=t.device) < t.unsqueeze(1), t.unsqueeze(1) == t], 1)
-        features = self.head(x, self.memory_keys_values(states), visible, self.encoder_keys_values(enc),
+        features = self.head(x, self.head.memory_keys_values(states), visible, self.head.encoder_keys_values(enc),
                              source_visible(padding, enc))
         return features.view(rows, length, k, -1)
 

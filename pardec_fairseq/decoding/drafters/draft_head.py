@@ -1,25 +1,68 @@
 """The ``draft_head`` drafter: the next ``k`` tokens from the verifier's own states.
 
-It keeps, per row, its layers' keys and values of the verifier's decoder states of the accepted
-output (each state projected once, in the pass that computed it, written at the row's own
-columns as the verifier's cache is) and of the verifier's encoder states (once per batch). Each
-proposal is one call of the head over ``k`` slots: no encoder, no re-run over the prefix. The head
-only changes speed: exact acceptance keeps the verifier's greedy output whatever it drafts.
+The head's layers are laid out as the fast verifier's decoder layers (``DecoderLayer``): the slots'
+self-attention reads the keys and values of the verifier's decoder states of the accepted output
+from a buffer per layer (each state projected once, in the pass that computed it, written at the
+row's own columns as the verifier's cache is) and the slots' own, all slots seeing each other; the
+encoder attention reads keys and values of the verifier's encoder states (once per batch). So a
+proposal is one pass of the fast path's layers (on a CPU one compiled call) over ``k`` slots: no
+encoder, no re-run over the prefix. The head only changes speed: exact acceptance keeps the
+verifier's greedy output whatever it drafts.
 """
-import torch
+from dataclasses import dataclass
 
+import torch
+import torch.nn.functional as F
+from fairseq.models.transformer import TransformerDecoderBase
+from torch import Tensor
+
+from pardec_fairseq.decoding.compiled_layers import CompiledLayers, compiles
 from pardec_fairseq.decoding.drafters import Drafter
 from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
+from pardec_fairseq.decoding.fast_ops import Norm, Product
+from pardec_fairseq.decoding.fast_verifier import DecoderLayer, FastCache, run_layers
 from pardec_fairseq.decoding.proposals import Proposal
-from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, same_fingerprint, source_visible,
+from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, same_fingerprint,
                                               verifier_fingerprint)
+
+
+def relaid(layer: HeadLayer) -> DecoderLayer:
+    """A head layer as the fast path's decoder layer (pre-norm, relu, the slots' q/k/v in one product)."""
+    scale = (layer.q.out_features // layer.heads) ** -0.5
+    encoder = (Product.of(layer.enc_q, scale_first=scale), Product.of(layer.enc_kv), Product.of(layer.enc_out),
+               Norm(layer.enc_norm, True))
+    return DecoderLayer(layer.heads, Product.of(layer.q, layer.slot_kv, scale_first=scale), Product.of(layer.self_out),
+                        Norm(layer.self_norm, True), Product.of(layer.fc1), Product.of(layer.fc2), F.relu,
+                        Norm(layer.ffn_norm, True), encoder)
+
+
+@dataclass
+class _AllSlots:
+    """The slots' attention among themselves: every slot sees every slot (read as a tree's ``sees``)."""
+
+    sees: Tensor  # [rows, k, k], all True
+
+
+class _Layers:
+    """What ``compiles`` and ``CompiledLayers`` read of a decoder: its layers."""
+
+    def __init__(self, layers):
+        self.layers = layers
 
 
 class DraftHeadDrafter(Drafter):
     def __init__(self, model: DraftHeadModel):
-        self.model, self.head = model, model.head
-        self.block_size = model.head.block_size
-
+        """Drafts with ``model``'s head re-laid (the model is left as it is)."""
+        head, self.verifier = model.head, model.verifier
+        self.block_size, self.final_norm = head.block_size, head.final_norm
+        with torch.no_grad():
+            self.layers = [relaid(layer) for layer in head.layers]
+            self.memory = [Product.of(layer.memory_kv) for layer in head.layers]
+            self.fuse, self.slot_embedding = Product.of(head.fuse), head.slot_embedding.detach()
+            decoder = self.verifier.decoder
+            stock_output = type(decoder).output_layer is TransformerDecoderBase.output_layer
+            self.output_layer = Product.of(decoder.output_projection) if stock_output else decoder.output_layer
+        self.compiled = CompiledLayers(_Layers(self.layers)) if compiles(_Layers(self.layers)) else None
     @classmethod
     def from_state(cls, path, state, src_dict, tgt_dict, verifier):
         saved = state.get("task_state", {})
@@ -42,31 +85,26 @@ class DraftHeadDrafter(Drafter):
             raise ValueError("the draft head reads the verifier's encoder states: decode an encoder-decoder model "
                              "through the plugin's engine")
         enc, padding = encoded
-        rows, k = enc.size(0), self.block_size
-        self.encoders = self.model.encoder_keys_values(enc)
-        self.source_visible = source_visible(padding, enc)
-        # a pass writes up to k + 1 states from column lengths <= max_len
-        capacity = max_len + k + 2
-        self.memory = []
-        for keys, _ in self.encoders:
-            shape = (rows, keys.size(1), capacity, keys.size(3))
-            self.memory.append((keys.new_zeros(shape), keys.new_zeros(shape)))
-        self.columns = torch.arange(capacity, device=enc.device)
-        self.last_state = enc.new_zeros(rows, self.head.final_norm.weight.numel())
-        self.slots_visible = torch.ones(rows, 1, k, k, dtype=torch.bool, device=enc.device)
+        rows, k, first = enc.size(0), self.block_size, self.layers[0]
+        enc_keys, enc_values = zip(*(layer.encoder_keys_values(enc) for layer in self.layers))
+        # a pass writes up to k + 1 states, and a proposal k slots, from columns <= max_len
+        buffers = enc.new_zeros(len(self.layers), 2, rows, first.heads, max_len + k + 2, first.head_dim)
+        enc_mask = None if padding is None else padding.view(rows, 1, 1, -1)
+        self.cache = FastCache(buffers, list(enc_keys), list(enc_values), enc_mask, enc, padding)
+        self.last_state = enc.new_zeros(rows, self.slot_embedding.size(1))
+        self.all_slots = _AllSlots(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
 
     def propose(self, state) -> Proposal:
-        draft = self.model.output_layer(self.slot_features(state)).argmax(-1)
+        draft = self.output_layer(self.slot_features(state)).argmax(-1)
         return Proposal(tokens=draft, lengths=torch.full_like(state.lengths, self.block_size))
 
     def slot_features(self, state):
         """``[rows, k, d]``: the head's output for the next ``k`` tokens after the accepted output."""
-        rows, k = state.lengths.size(0), self.block_size
-        embedding = self.model.verifier.decoder.embed_tokens(state.last_tokens())
-        x = self.head.slots(embedding, self.last_state.unsqueeze(1)).view(rows, k, -1)
-        before = (self.columns < state.lengths.unsqueeze(1)).view(rows, 1, 1, -1).expand(rows, 1, k, -1)
-        visible = torch.cat([before, self.slots_visible], -1)
-        return self.head(x, self.memory, visible, self.encoders, self.source_visible)
+        embedding = self.verifier.decoder.embed_tokens(state.last_tokens()).squeeze(1)
+        x = self.fuse(torch.cat([embedding, self.last_state], -1)).unsqueeze(1) + self.slot_embedding
+        x = run_layers(self.layers, self.compiled, self.cache, x, state.lengths, self.all_slots)
+        return F.layer_norm(x, self.final_norm.normalized_shape, self.final_norm.weight, self.final_norm.bias,
+                            self.final_norm.eps)
 
     def update(self, scores, verdict, state):
         """Keep the states of the tokens the pass accepted (the pass's first token and the accepted
@@ -75,17 +113,17 @@ class DraftHeadDrafter(Drafter):
         if verdict.path is not None:
             states = states.gather(1, verdict.path.unsqueeze(2).expand(-1, -1, states.size(2)))
         rows, m, _ = states.shape
-        index = (state.lengths.unsqueeze(1) + self.columns[:m]).view(rows, 1, m, 1)
-        for (keys, values), (new_keys, new_values) in zip(self.memory, self.model.memory_keys_values(states)):
-            index_for = index.expand(-1, keys.size(1), -1, keys.size(3))
-            keys.scatter_(2, index_for, new_keys)
-            values.scatter_(2, index_for, new_values)
+        first = self.layers[0]
+        self.cache.reserve(int(state.lengths.max()) + m)
+        index = (state.lengths.unsqueeze(1) + torch.arange(m, device=states.device)).view(rows, 1, m, 1)
+        index = index.expand(rows, first.heads, m, first.head_dim)
+        for i, memory in enumerate(self.memory):
+            keys_values = memory(states).view(rows, m, 2, first.heads, first.head_dim).permute(2, 0, 3, 1, 4)
+            self.cache.buffers[i, 0].scatter_(2, index, keys_values[0])
+            self.cache.buffers[i, 1].scatter_(2, index, keys_values[1])
         self.last_state = states.gather(1, verdict.accepted.view(rows, 1, 1).expand(-1, 1, states.size(2))).squeeze(1)
 
     def keep_rows(self, rows):
-        self.encoders = [(keys[rows], values[rows]) for keys, values in self.encoders]
-        self.memory = [(keys[rows], values[rows]) for keys, values in self.memory]
-        if self.source_visible.size(0) > 1:
-            self.source_visible = self.source_visible[rows]
+        self.cache.keep_rows(rows)
         self.last_state = self.last_state[rows]
-        self.slots_visible = self.slots_visible[rows]
+        self.all_slots = _AllSlots(self.all_slots.sees[rows])
