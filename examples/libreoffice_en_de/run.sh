@@ -4,19 +4,25 @@
 # generalized aggressive decoding on top (Xia et al. 2022): the Transformer is the teacher ->
 # sequence-level distillation of the training set -> a verifier (the teacher fine-tuned on the
 # distilled targets) and a block_nat drafter (initialised from the verifier) trained on them ->
-# benchmark of gad and gad++ on the verifier.
+# benchmark of gad and gad++ on the verifier. With --draft-head, a draft head on the Transformer itself
+# (frozen): the Transformer's own greedy outputs of the training set -> the head trained on them for
+# --head-minutes -> benchmark of greedy and gad with the head.
 #   examples/libreoffice_en_de/run.sh [--preset cpu|base] [--minutes M] [--nproc N] [--name NAME]
 #       [--bench-sentences N] [--batch-size B] [--repetitions R] [--algorithms "greedy jacobi gs-jacobi hybrid-jacobi"] [--no-bench]
 #       [--gad [--distill-beam 5] [--verifier-minutes 20] [--drafter-minutes 30] [--block-size 10]
 #        [--context-window 0] [--soft-copy] [--gad-algorithms "gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"]]
+#       [--draft-head [--head-minutes 60] [--head-block-size 4] [--head-layers 1]]
 # Training options are those of scripts/train_transformer.sh (default: cpu preset, 60 minutes).
 # Outputs go to runs/libreoffice_en_de/<NAME, default the preset>/: checkpoints, train.log and
 # bench_b<batch size>.{md,json,png}; with --gad also distilled_beam<B>/ (the distilled data),
 # gad/verifier/, gad/drafter_k<K>_w<W>/ and gad/bench_k<K>_w<W>_b<batch size>.{md,json,png} (with
-# --soft-copy, a drafter that soft-copies the source into its slots: k<K>_w<W>_copy in both names).
+# --soft-copy, a drafter that soft-copies the source into its slots: k<K>_w<W>_copy in both names);
+# with --draft-head also self_distilled/ (the greedy outputs), head_k<K>_l<L>_m<M>/ and
+# head_k<K>_l<L>_m<M>/bench_b<batch size>.{md,json,png}.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 default_algorithms="greedy jacobi gs-jacobi hybrid-jacobi"
+draft_head=0 head_minutes=60 head_block_size=4 head_layers=1
 gad=0 distill_beam=5 verifier_minutes=20 drafter_minutes=30 block_size=10 context_window=0
 gad_algorithms="gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"
 soft_copy=()
@@ -24,6 +30,10 @@ shared=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --gad) gad=1; shift ;;
+    --draft-head) draft_head=1; shift ;;
+    --head-minutes) head_minutes=$2; shift 2 ;;
+    --head-block-size) head_block_size=$2; shift 2 ;;
+    --head-layers) head_layers=$2; shift 2 ;;
     --distill-beam) distill_beam=$2; shift 2 ;;
     --verifier-minutes) verifier_minutes=$2; shift 2 ;;
     --drafter-minutes) drafter_minutes=$2; shift 2 ;;
@@ -44,6 +54,19 @@ bash "$root/scripts/train_transformer.sh" "$data/bin" "$save" -s en -t de "${tra
 [ "$bench" -eq 0 ] || "$python" "$root/scripts/bench.py" "$data/bin" \
   --path "$save/checkpoint_best.pt" -s en -t de --references "$data/raw/test.de" \
   --out-dir "$save" "${bench_options[@]}"
+if [ "$draft_head" -eq 1 ]; then
+  self_distilled="$save/self_distilled"
+  if [ ! -f "$self_distilled/.done" ]; then
+    bash "$root/scripts/distill.sh" "$data/bin" "$save/checkpoint_best.pt" "$self_distilled" -s en -t de --beam 1
+    touch "$self_distilled/.done"
+  fi
+  head="$save/head_k${head_block_size}_l${head_layers}_m$head_minutes"
+  bash "$root/scripts/train_draft_head.sh" "$self_distilled" "$save/checkpoint_best.pt" "$head" -s en -t de \
+    --minutes "$head_minutes" --block-size "$head_block_size" --layers "$head_layers" --nproc "$nproc"
+  [ "$bench" -eq 0 ] || "$python" "$root/scripts/bench.py" "$data/bin" --path "$save/checkpoint_best.pt" \
+    -s en -t de --drafter-path "$head/checkpoint_last.pt" --references "$data/raw/test.de" --out-dir "$head" \
+    "${bench_options[@]}" --algorithms greedy gad --name "bench_b$batch_size"
+fi
 [ "$gad" -eq 1 ] || exit 0
 
 distilled="$save/distilled_beam$distill_beam"
