@@ -36,15 +36,18 @@ def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), block_size=st.integers(1, 6), layers=st.integers(1, 2),
        eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
-       verifier_path=st.sampled_from(["fast", "fairseq"]), pre_norm=st.booleans())
+       verifier_path=st.sampled_from(["fast", "fairseq"]), pre_norm=st.booleans(), compiled=st.booleans())
 def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size, layers, eos_bias, batch, max_len_b,
-                                                               batch_of, verifier_path, pre_norm):
+                                                               batch_of, verifier_path, pre_norm, compiled):
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias,
                                  decoder_normalize_before=pre_norm, encoder_normalize_before=pre_norm)
     collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
     expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
     drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval())
+    assert drafter.compiled is not None
+    if not compiled:  # the head's layers through torch, as on a GPU
+        drafter.compiled = None
     decoding = SimpleNamespace(verifier=verifier_path)
     actual, stats = plugin("greedy", [verifier], dictionary, collated, decoding=decoding, max_len_b=max_len_b,
                            drafter=drafter)
@@ -60,7 +63,8 @@ def test_slot_targets_are_the_next_tokens_after_each_prefix():
     assert torch.equal(slot_targets(target, pad, 3), expected)
 
 
-def test_training_sees_every_prefix_as_decoding_does():
+@pytest.mark.parametrize("compiled", [True, False])
+def test_training_sees_every_prefix_as_decoding_does(compiled):
     """The slot features of prefix ``t`` in one training call equal the drafter's proposal after the
     verifier's greedy output's first ``t`` tokens (and do not depend on what follows them)."""
     dictionary = make_dictionary(20)
@@ -79,6 +83,8 @@ def test_training_sees_every_prefix_as_decoding_does():
     assert torch.allclose(model(**source, prev_output_tokens=changed)[0, :-1], features[0, :-1], atol=1e-6)
 
     drafter = DraftHeadDrafter(model)
+    if not compiled:
+        drafter.compiled = None
     generator = build_generator("greedy", [verifier], dictionary,
                                 argparse.Namespace(**dict(GENERATION_DEFAULTS, max_len_b=8)), None)
     generator.decoder.drafter = drafter
