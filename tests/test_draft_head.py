@@ -183,8 +183,8 @@ def test_a_head_trained_through_fairseq_train_decodes_losslessly(toy_experiment,
                     "--save-dir", tmp_path / "unused")
     with pytest.raises(AssertionError, match="use --arch draft_head"):
         run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_draft_head",
-                    "--criterion", "draft_head_loss", *TINY_TRANSFORMER, "--verifier-path", toy_experiment["checkpoint"],
-                    "--max-update", 1, "--save-dir", tmp_path / "unused")
+                    "--criterion", "draft_head_loss", *TINY_TRANSFORMER,
+                    "--verifier-path", toy_experiment["checkpoint"], "--max-update", 1, "--save-dir", tmp_path / "unused")
 
 
 def test_head_training_with_two_local_processes(toy_experiment, tmp_path):

@@ -66,7 +66,8 @@ def _tile(rows: int):
                 start = load_vector(panel_bias, v * LANES)
                 for r in range(rows):
                     builder.store(start, accumulators[r][v])
-            x_rows = [builder.gep(x_data.data, [builder.mul(builder.add(r0_arg, const(r)), depth)]) for r in range(rows)]
+            x_rows = [builder.gep(x_data.data, [builder.mul(builder.add(r0_arg, const(r)), depth)])
+                      for r in range(rows)]
             splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
             undefined = ir.Constant(vector, ir.Undefined)
             with cgutils.for_range(builder, depth) as loop:

@@ -34,7 +34,8 @@ class HeadLayer(nn.Module):
         self.self_norm, self.enc_norm, self.ffn_norm = LayerNorm(dim), LayerNorm(dim), LayerNorm(dim)
         self.q, self.slot_kv, self.memory_kv = nn.Linear(dim, dim), nn.Linear(dim, 2 * dim), nn.Linear(dim, 2 * dim)
         self.self_out = nn.Linear(dim, dim)
-        self.enc_q, self.enc_kv, self.enc_out = nn.Linear(dim, dim), nn.Linear(encoder_dim, 2 * dim), nn.Linear(dim, dim)
+        self.enc_q, self.enc_out = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.enc_kv = nn.Linear(encoder_dim, 2 * dim)
         self.fc1, self.fc2 = nn.Linear(dim, ffn_dim), nn.Linear(ffn_dim, dim)
 
     def split(self, x: Tensor) -> Tensor:
@@ -101,7 +102,8 @@ def verifier_fingerprint(verifier) -> list:
     """Sums that tell one verifier's weights from another's (output projection and embeddings)."""
     decoder = verifier.decoder
     tensors = [decoder.embed_tokens.weight, decoder.output_projection.weight, verifier.encoder.embed_tokens.weight]
-    return [float(t.detach().double().sum()) for t in tensors] + [float(t.detach().double().abs().sum()) for t in tensors]
+    return [float(t.detach().double().sum()) for t in tensors] + \
+        [float(t.detach().double().abs().sum()) for t in tensors]
 
 
 def same_fingerprint(a, b) -> bool:

@@ -62,7 +62,9 @@ class DraftHeadDrafter(Drafter):
             decoder = self.verifier.decoder
             stock_output = type(decoder).output_layer is TransformerDecoderBase.output_layer
             self.output_layer = Product.of(decoder.output_projection) if stock_output else decoder.output_layer
-        self.compiled = CompiledLayers(_Layers(self.layers)) if compiles(_Layers(self.layers)) else None
+        layers = _Layers(self.layers)
+        self.compiled = CompiledLayers(layers) if compiles(layers) else None
+
     @classmethod
     def from_state(cls, path, state, src_dict, tgt_dict, verifier):
         saved = state.get("task_state", {})
