@@ -6,7 +6,6 @@ projected onto the vocabulary. Besides the loss it logs ``slot1_acc`` (the first
 and ``accepted``: the mean number of leading slots predicted right, what exact acceptance would
 keep of each draft if the verifier's outputs were the targets (train on its own greedy outputs).
 """
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -15,6 +14,8 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq.dataclass import FairseqDataclass
+
+from pardec_fairseq.criterions.loss_metrics import log_loss_in_bits
 
 
 @dataclass
@@ -62,10 +63,7 @@ class DraftHeadLossCriterion(FairseqCriterion):
     def reduce_metrics(logging_outputs) -> None:
         total = {key: sum(log.get(key, 0) for log in logging_outputs)
                  for key in ("loss", "nll_loss", "sample_size", "prefixes", "accepted", "slot1_correct")}
-        size = max(1, total["sample_size"])
-        metrics.log_scalar("loss", total["loss"] / size / math.log(2), size, round=3)
-        metrics.log_scalar("nll_loss", total["nll_loss"] / size / math.log(2), size, round=3)
-        metrics.log_derived("ppl", lambda meters: 2 ** meters["nll_loss"].avg)
+        log_loss_in_bits(total["loss"], total["nll_loss"], total["sample_size"])
         if total["prefixes"]:
             metrics.log_scalar("slot1_acc", 100.0 * total["slot1_correct"] / total["prefixes"], total["prefixes"],
                                round=2)

@@ -10,7 +10,6 @@ reveals nothing and reports the same loss and the block accuracy, on the slots a
 prefix is never scored (nor projected onto the vocabulary). Padding targets (slots past the end)
 count in the loss, so fairseq's smoothed loss runs without an ignore index.
 """
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -18,6 +17,8 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq.dataclass import FairseqDataclass
+
+from pardec_fairseq.criterions.loss_metrics import log_loss_in_bits
 
 
 @dataclass
@@ -107,10 +108,8 @@ class GlatBlockLossCriterion(FairseqCriterion):
     def reduce_metrics(logging_outputs) -> None:
         total = {key: sum(log.get(key, 0) for log in logging_outputs)
                  for key in ("loss", "nll_loss", "sample_size", "slots", "slots_correct", "revealed")}
+        log_loss_in_bits(total["loss"], total["nll_loss"], total["sample_size"])
         size = max(1, total["sample_size"])
-        metrics.log_scalar("loss", total["loss"] / size / math.log(2), size, round=3)
-        metrics.log_scalar("nll_loss", total["nll_loss"] / size / math.log(2), size, round=3)
-        metrics.log_derived("ppl", lambda meters: 2 ** meters["nll_loss"].avg)
         if total["slots"]:
             metrics.log_scalar("block_acc", 100.0 * total["slots_correct"] / size, size, round=2)
             metrics.log_scalar("revealed", 100.0 * total["revealed"] / total["slots"], total["slots"], round=2)
