@@ -42,10 +42,5 @@ args=("$data" --user-dir "$root/pardec_fairseq" --task translation_draft_head -s
   --stop-time-hours "$(python3 -c "print($minutes / 60)")" --save-dir "$save" --no-epoch-checkpoints
   --log-format simple --log-interval 20 --num-workers 0 --seed 1 "${extra[@]}")
 echo "train_draft_head.sh: training a $block_size-token head for $minutes minutes; log: $save/train.log"
-if [ "$nproc" -gt 1 ]; then
-  bash "$root/scripts/train_distributed.sh" --nproc "$nproc" --log-dir "$save/logs" -- "${args[@]}" > "$save/train.log" 2>&1
-else
-  "$root/.venv/bin/fairseq-train" "${args[@]}" > "$save/train.log" 2>&1
-fi || { echo "train_draft_head.sh: fairseq-train failed; see $save/train.log" >&2; tail -5 "$save/train.log" >&2; exit 1; }
-grep -E "\| valid on" "$save/train.log" | tail -1 | sed 's/.*| valid on/valid on/' | cut -c1-160
-touch "$save/.trained"
+source "$root/scripts/run_training.sh"
+run_training train_draft_head.sh "$save" "$nproc" "${args[@]}"

@@ -67,10 +67,5 @@ fi
 [ -z "$minutes" ] || args+=(--stop-time-hours "$(python3 -c "print($minutes / 60 + $previous_seconds / 3600)")")
 
 echo "train_transformer.sh: training the $preset Transformer${minutes:+ for $minutes minutes}; log: $save/train.log"
-if [ "$nproc" -gt 1 ]; then
-  bash "$root/scripts/train_distributed.sh" --nproc "$nproc" --log-dir "$save/logs" -- "${args[@]}" > "$save/train.log" 2>&1
-else
-  "$root/.venv/bin/fairseq-train" "${args[@]}" > "$save/train.log" 2>&1
-fi || { echo "train_transformer.sh: fairseq-train failed; see $save/train.log" >&2; tail -5 "$save/train.log" >&2; exit 1; }
-grep -E "\| valid on" "$save/train.log" | tail -1 | sed 's/.*| valid on/valid on/' | cut -c1-120
-touch "$save/.trained"
+source "$root/scripts/run_training.sh"
+run_training train_transformer.sh "$save" "$nproc" "${args[@]}"

@@ -2,6 +2,7 @@
 features in training (every prefix at once) as in decoding (one prefix per call), and the CLI from
 ``fairseq-train`` to ``fairseq-generate --gen-algo gad``, refusing a head trained for another verifier."""
 import argparse
+import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
+from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
 from pardec_fairseq.decoding import build_generator
@@ -195,3 +196,18 @@ def test_head_training_with_two_local_processes(toy_experiment, tmp_path):
                         "--save-dir", tmp_path / "checkpoints")
     assert "distributed init (rank 1)" in (tmp_path / "logs" / "rank1.log").read_text()
     assert "done training" in output and (tmp_path / "checkpoints" / "checkpoint_last.pt").exists()
+
+
+def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment, tmp_path):
+    save = tmp_path / "head"
+    common = (toy_experiment["data"], toy_experiment["checkpoint"], save, "-s", "src", "-t", "tgt", "--minutes", 5,
+              "--block-size", 2)
+    output = run_script("train_draft_head.sh", *common, "--", "--max-update", 3)
+    assert "valid on 'valid' subset" in output and "accepted" in output
+    assert (save / ".trained").exists() and (save / "checkpoint_last.pt").exists()
+    assert "reusing the head" in run_script("train_draft_head.sh", *common)
+    failed = subprocess.run(["bash", str(REPO / "scripts" / "train_draft_head.sh"), *map(str, common[:2]),
+                             str(tmp_path / "broken"), *map(str, common[3:]), "--", "--no-such-option"],
+                            capture_output=True, text=True, timeout=600)
+    assert failed.returncode != 0 and "train_draft_head.sh: fairseq-train failed" in failed.stderr
+    assert not (tmp_path / "broken" / ".trained").exists()
