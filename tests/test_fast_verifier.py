@@ -185,16 +185,22 @@ def test_the_compiled_layers_compute_what_the_torch_layers_compute(architecture,
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(architecture=architectures, seed=st.integers(0, 10_000), layers=st.integers(1, 3),
-       heads=st.sampled_from([1, 2, 4]), batch=sentences, left_pad=st.booleans())
-def test_the_fast_encoder_computes_what_fairseqs_encoder_computes(architecture, seed, layers, heads, batch, left_pad):
-    """Every state, padded positions included, and the padding mask (``None`` when nothing is padded)."""
+       heads=st.sampled_from([1, 2, 4]), batch=sentences, left_pad=st.booleans(), compiled=st.booleans())
+def test_the_fast_encoder_computes_what_fairseqs_encoder_computes(architecture, seed, layers, heads, batch, left_pad,
+                                                                  compiled):
+    """Every state, padded positions included, and the padding mask (``None`` when nothing is padded), with
+    the layers compiled (a CPU) or as torch operations (elsewhere)."""
     dictionary = make_dictionary(20)
     model = build_transformer(dictionary, seed=seed, layers=layers, heads=heads, **architecture)
     net_input = make_batch(dictionary, batch, left_pad_source=left_pad)["net_input"]
     assert fast_encoder_obstacle(model.encoder) is None
     with torch.no_grad():
         reference, reference_padding = encoder_states(model.encoder(**net_input))
-        states, padding = FastEncoder(model.encoder)(net_input["src_tokens"])
+        encoder = FastEncoder(model.encoder)
+        assert encoder.compiled is not None
+        if not compiled:
+            encoder.compiled = None
+        states, padding = encoder(net_input["src_tokens"])
     torch.testing.assert_close(states, reference.transpose(0, 1), rtol=1e-5, atol=1e-5)
     if reference_padding.any():
         assert torch.equal(padding, reference_padding)

@@ -2,10 +2,11 @@
 
 Why: the encoder runs once per batch, but over every source token at once, and fairseq's modules run
 its products through MKL, which is slow for a few dozen rows on this project's AMD CPU (a 10-token
-source: 2.0 ms, 72% of it in ``addmm``) and add their per-module overhead. Here the products go through
-``Product`` (oneDNN with packed weights), q/k/v are one product with the query scaling folded in,
-and the states come out batch-first, as the decoder's encoder attention reads them. Encoders this
-path does not reproduce are named by ``fast_encoder_obstacle`` and run through fairseq's module.
+source: 2.0 ms, 72% of it in ``addmm``) and add their per-module overhead. An encoder layer is a
+decoder layer without encoder attention whose tokens all see each other, so the encoder runs on the
+decoder's re-laid layers (``fast_layers``; one compiled call for all layers on a CPU), and the states
+come out batch-first, as the decoder's encoder attention reads them. Encoders this path does not reproduce are named by
+``fast_encoder_obstacle`` and run through fairseq's module.
 """
 from typing import Optional, Tuple
 
@@ -16,7 +17,9 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from fairseq.utils import make_positions
 from torch import Tensor
 
-from pardec_fairseq.decoding.fast_ops import Norm, Product, attend, layer_norm
+from pardec_fairseq.decoding.compiled_layers import CompiledLayers, compiles
+from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, run_layers
+from pardec_fairseq.decoding.fast_ops import Norm, Product, layer_norm
 from pardec_fairseq.decoding.verifier import embed_positions
 
 
@@ -40,29 +43,6 @@ def fast_encoder_obstacle(encoder) -> Optional[str]:
     return None
 
 
-class _EncoderLayer:
-    """One ``TransformerEncoderLayerBase``'s weights, re-laid."""
-
-    def __init__(self, layer):
-        attn = layer.self_attn
-        self.heads, self.head_dim = attn.num_heads, attn.head_dim
-        self.qkv = Product.of(attn.q_proj, attn.k_proj, attn.v_proj, scale_first=attn.scaling)
-        self.out = Product.of(attn.out_proj)
-        self.attn_norm = Norm(layer.self_attn_layer_norm, layer.normalize_before)
-        self.fc1, self.fc2 = Product.of(layer.fc1), Product.of(layer.fc2)
-        self.activation = layer.activation_fn
-        self.ffn_norm = Norm(layer.final_layer_norm, layer.normalize_before)
-
-    def forward(self, x: Tensor, hidden: Optional[Tensor]) -> Tensor:
-        """``x`` ``[rows, src, d]``; ``hidden`` ``[rows, 1, 1, src]``: True at source padding."""
-        rows, src, _ = x.shape
-        residual, h = x, self.attn_norm.pre(x)
-        q, k, v = self.qkv(h).view(rows, src, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        x = self.attn_norm.post(residual + self.out(attend(q, k, v, hidden)))
-        residual, h = x, self.ffn_norm.pre(x)
-        return self.ffn_norm.post(residual + self.fc2(self.activation(self.fc1(h))))
-
-
 class FastEncoder:
     """A fairseq ``TransformerEncoderBase`` re-laid for the fast path."""
 
@@ -72,7 +52,16 @@ class FastEncoder:
 
     def refresh(self):
         """Re-lay the weights from the encoder (after they changed)."""
-        self.layers = [_EncoderLayer(layer) for layer in self.encoder.layers]
+        self.layers = [self._relaid(layer) for layer in self.encoder.layers]
+        self.heads, self.head_dim = self.layers[0].heads, self.layers[0].head_dim
+        self.compiled = CompiledLayers(self) if compiles(self) else None
+
+    @staticmethod
+    def _relaid(layer) -> DecoderLayer:
+        attn, before = layer.self_attn, layer.normalize_before
+        return DecoderLayer(attn.num_heads, Product.of(attn.q_proj, attn.k_proj, attn.v_proj, scale_first=attn.scaling),
+                            Product.of(attn.out_proj), Norm(layer.self_attn_layer_norm, before), Product.of(layer.fc1),
+                            Product.of(layer.fc2), layer.activation_fn, Norm(layer.final_layer_norm, before))
 
     def __call__(self, src_tokens: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
         """The encoder states ``[rows, src, d]`` of ``src_tokens`` ``[rows, src]``, and the source
@@ -85,12 +74,15 @@ class FastEncoder:
             x = x + embed_positions(positions, make_positions(src_tokens, positions.padding_idx))
         if encoder.layernorm_embedding is not None:
             x = layer_norm(x, encoder.layernorm_embedding)
-        hidden = None
-        if bool(padding.any()):
+        padded = bool(padding.any())
+        if padded:
             x = x * (1 - padding.unsqueeze(-1).type_as(x))
-            hidden = padding.view(padding.size(0), 1, 1, -1)
-        for layer in self.layers:
-            x = layer.forward(x, hidden)
+        rows, src, _ = x.shape
+        # every token sees every unpadded one: keys and values go to a buffer of one column per token
+        buffers = x.new_empty(len(self.layers), 2, rows, self.heads, src, self.head_dim)
+        cache = FastCache(buffers, [None] * len(self.layers), [None] * len(self.layers), None, None, None)
+        sees = AmongNew((~padding).unsqueeze(1).expand(rows, src, src).contiguous())
+        x = run_layers(self.layers, self.compiled, cache, x, padding.new_zeros(rows, dtype=torch.long), sees)
         if encoder.layer_norm is not None:
             x = layer_norm(x, encoder.layer_norm)
-        return x, None if hidden is None else padding
+        return x, padding if padded else None

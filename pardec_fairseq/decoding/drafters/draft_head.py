@@ -20,7 +20,7 @@ from pardec_fairseq.decoding.compiled_layers import CompiledLayers, compiles
 from pardec_fairseq.decoding.drafters import Drafter
 from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
 from pardec_fairseq.decoding.fast_ops import Norm, Product
-from pardec_fairseq.decoding.fast_verifier import DecoderLayer, FastCache, run_layers
+from pardec_fairseq.decoding.fast_layers import DecoderLayer, FastCache, run_layers
 from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, same_fingerprint,
                                               verifier_fingerprint)
