@@ -9,18 +9,15 @@ proposal is one pass of the fast path's layers (on a CPU one compiled call) over
 encoder, no re-run over the prefix. The head only changes speed: exact acceptance keeps the
 verifier's greedy output whatever it drafts.
 """
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from fairseq.models.transformer import TransformerDecoderBase
-from torch import Tensor
 
 from pardec_fairseq.decoding.compiled_layers import CompiledLayers, compiles
 from pardec_fairseq.decoding.drafters import Drafter
 from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
 from pardec_fairseq.decoding.fast_ops import Norm, Product
-from pardec_fairseq.decoding.fast_layers import DecoderLayer, FastCache, run_layers
+from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, run_layers
 from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, same_fingerprint,
                                               verifier_fingerprint)
@@ -34,13 +31,6 @@ def relaid(layer: HeadLayer) -> DecoderLayer:
     return DecoderLayer(layer.heads, Product.of(layer.q, layer.slot_kv, scale_first=scale), Product.of(layer.self_out),
                         Norm(layer.self_norm, True), Product.of(layer.fc1), Product.of(layer.fc2), F.relu,
                         Norm(layer.ffn_norm, True), encoder)
-
-
-@dataclass
-class _AllSlots:
-    """The slots' attention among themselves: every slot sees every slot (read as a tree's ``sees``)."""
-
-    sees: Tensor  # [rows, k, k], all True
 
 
 class _Layers:
@@ -94,7 +84,7 @@ class DraftHeadDrafter(Drafter):
         enc_mask = None if padding is None else padding.view(rows, 1, 1, -1)
         self.cache = FastCache(buffers, list(enc_keys), list(enc_values), enc_mask, enc, padding)
         self.last_state = enc.new_zeros(rows, self.slot_embedding.size(1))
-        self.all_slots = _AllSlots(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
+        self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
 
     def propose(self, state) -> Proposal:
         draft = self.output_layer(self.slot_features(state)).argmax(-1)
@@ -128,4 +118,4 @@ class DraftHeadDrafter(Drafter):
     def keep_rows(self, rows):
         self.cache.keep_rows(rows)
         self.last_state = self.last_state[rows]
-        self.all_slots = _AllSlots(self.all_slots.sees[rows])
+        self.all_slots = AmongNew(self.all_slots.sees[rows])
