@@ -137,6 +137,55 @@ def test_acceptance_rules_on_hand_checked_scores():
     assert ExactAcceptance().accept(short, lprobs, zero).accepted.tolist() == [1]
 
 
+def sequential_greedy_reference(lprobs, proposal, running):
+    """What fairseq's beam 1 keeps of each row's draft, one position at a time with ``topk``: the drafted
+    tokens kept, and the choices and cumulative scores up to the first rejected position."""
+    kept, choices = [], []
+    for row in range(lprobs.size(0)):
+        before, tokens, scores = running[row], [], []
+        for j in range(int(proposal.lengths[row]) + 1):
+            top = torch.topk(lprobs[row, j] + before, k=2)
+            tokens.append(int(top.indices[0]))
+            scores.append(float(top.values[0]))
+            before = top.values[0]
+            if j == int(proposal.lengths[row]) or tokens[-1] != int(proposal.tokens[row, j]):
+                break
+        kept.append(len(tokens) - 1)
+        choices.append((tokens, scores))
+    return kept, choices
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), rows=st.integers(1, 4), k=st.integers(0, 40), vocab=st.integers(2, 40),
+       coarse=st.booleans(), first_chunk=st.sampled_from([1, 2, 16]))
+def test_exact_acceptance_keeps_what_fairseqs_topk_keeps_position_by_position(seed, rows, k, vocab, coarse,
+                                                                                first_chunk):
+    """Drafts that follow the greedy choice for a random stretch; with ``coarse`` scores, many tied
+    (fairseq's ``topk`` decides those) and some -inf, as forbidden tokens are."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, k + 1, vocab, generator=generator)
+    if coarse:
+        logits = logits.round().masked_fill(torch.rand(rows, k + 1, vocab, generator=generator) < 0.2, -math.inf)
+        logits[..., 0] = 0.0  # at least one token allowed
+    lprobs = torch.log_softmax(logits, -1).contiguous()
+    running = -torch.rand(rows, generator=generator) * 5
+    lengths = torch.randint(0, k + 1, (rows,), generator=generator)
+    tokens = torch.randint(0, vocab, (rows, k), generator=generator)
+    greedy_stretch = torch.randint(0, k + 1, (rows,), generator=generator)
+    for row in range(rows):  # follow fairseq's choice for a while, so that long prefixes are kept
+        before = running[row]
+        for j in range(int(greedy_stretch[row])):
+            top = torch.topk(lprobs[row, j] + before, k=2)
+            tokens[row, j], before = top.indices[0], top.values[0]
+    proposal = Proposal(tokens=tokens, lengths=lengths)
+    verdict = ExactAcceptance(first_chunk).accept(proposal, FixedScores(lprobs), running)
+    kept, choices = sequential_greedy_reference(lprobs, proposal, running)
+    assert verdict.accepted.tolist() == kept
+    for row, (tokens, scores) in enumerate(choices):
+        assert verdict.tokens[row, :len(tokens)].tolist() == tokens
+        assert verdict.cumulative[row, :len(scores)].tolist() == scores
+
+
 def state_with_output(outputs, pad=1, bos=2):
     """A decoding state whose rows have accepted ``outputs`` (lists of token ids)."""
     width = max(map(len, outputs)) + 2
