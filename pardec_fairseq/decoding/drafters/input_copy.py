@@ -14,6 +14,8 @@ A pass runs every row as wide as the batch's longest draft, so at batch sizes ab
 tokens can be padding; ``pass_tokens`` bounds rows x (draft + 1), cutting every row's draft to the
 same length (0: no budget). The output does not change: a cut draft continues in the next pass.
 """
+import numba
+import numpy as np
 import torch
 
 from pardec_fairseq.decoding.drafters import Drafter, source_to_target
@@ -43,32 +45,16 @@ class InputCopyDrafter(Drafter):
         # source index each row's next output token is expected to be copied from
         self.expected = self.source_start.clone()
         self.draft_start = self.expected
+        self.source_cpu, self.source_start_cpu = self.source.cpu().numpy(), self.source_start.cpu().numpy()
 
     def propose(self, state) -> Proposal:
         lengths = state.lengths
         width = self.source.size(1)
-        start = torch.where(lengths.eq(0), self.source_start, torch.full_like(lengths, width))
-        found = lengths.eq(0)
-        nearest = torch.full_like(lengths, -1)  # ambiguous rows: the occurrence nearest the expected position
-        undecided = lengths.gt(0)
-        for n in range(self.min_ngram, min(self.max_ngram, width) + 1):
-            suffix_index = (lengths.unsqueeze(1) - n + 1 + torch.arange(n, device=lengths.device)).clamp(min=0)
-            suffix = state.tokens.gather(1, suffix_index)
-            hits = self.source.unfold(1, n, 1).eq(suffix.unsqueeze(1)).all(-1)  # [rows, windows]
-            count = hits.sum(1)
-            long_enough = lengths.ge(n)
-            unique = undecided & long_enough & count.eq(1)
-            start = torch.where(unique, hits.long().argmax(1) + n, start)
-            found |= unique
-            undecided = undecided & long_enough & count.gt(1)
-            if self.reentry != "unique":
-                after_window = torch.arange(n, hits.size(1) + n, device=lengths.device)
-                distance = (after_window - self.expected.unsqueeze(1)).abs().masked_fill(~hits, 2 * width)
-                nearest = torch.where(undecided, distance.argmin(1) + n, nearest)
-        if self.reentry != "unique":
-            guess = nearest if self.reentry == "nearest" else torch.where(nearest.ge(0), nearest, self.expected)
-            start = torch.where(found | guess.lt(0), start, guess.clamp(max=width))
-            found |= guess.ge(0)
+        # a handful of numbers per row: found by one compiled call on the CPU, wherever the rows live
+        starts, found = _copy_starts(self.source_cpu, self.source_start_cpu, state.tokens.cpu().numpy(),
+                                     lengths.cpu().numpy(), self.expected.cpu().numpy(), self.min_ngram,
+                                     self.max_ngram, self.REENTRY.index(self.reentry))
+        start, found = torch.from_numpy(starts).to(lengths.device), torch.from_numpy(found).to(lengths.device)
         self.draft_start = torch.where(found, start, self.expected)
         draft_lengths = width - start
         if self.pass_tokens:
@@ -83,3 +69,44 @@ class InputCopyDrafter(Drafter):
     def keep_rows(self, rows):
         self.source, self.source_start = self.source[rows], self.source_start[rows]
         self.expected, self.draft_start = self.expected[rows], self.draft_start[rows]
+        self.source_cpu, self.source_start_cpu = self.source.cpu().numpy(), self.source_start.cpu().numpy()
+
+
+@numba.njit(cache=True, nogil=True)
+def _copy_starts(source, source_start, tokens, lengths, expected, min_ngram, max_ngram, reentry):
+    """Per row, the source index its draft starts at (the source's width: no draft) and whether a rule
+    placed it: ``InputCopyDrafter``'s, with ``reentry`` the index of ``--iad-reentry`` in ``REENTRY``."""
+    rows, width = source.shape
+    starts = np.full(rows, width, dtype=np.int64)
+    found = np.zeros(rows, dtype=np.bool_)
+    for r in range(rows):
+        length = lengths[r]
+        if length == 0:  # nothing generated yet: the whole source
+            starts[r], found[r] = source_start[r], True
+            continue
+        nearest = -1  # where the longest ambiguous suffix's occurrence nearest the expected position ends
+        for n in range(min_ngram, min(max_ngram, width, length) + 1):
+            count, first, nearest_here, closest = 0, -1, -1, -1
+            for window in range(width - n + 1):
+                hit = True
+                for i in range(n):
+                    if source[r, window + i] != tokens[r, length - n + 1 + i]:
+                        hit = False
+                        break
+                if hit:
+                    count += 1
+                    first = window if first < 0 else first
+                    distance = abs(window + n - expected[r])
+                    if closest < 0 or distance < closest:
+                        closest, nearest_here = distance, window + n
+            if count == 1:
+                starts[r], found[r] = first + n, True
+            if count > 1:
+                nearest = nearest_here
+                continue
+            break  # unique, or absent: a longer suffix cannot match
+        if reentry > 0 and not found[r]:
+            guess = nearest if nearest >= 0 or reentry == 1 else expected[r]
+            if guess >= 0:
+                starts[r], found[r] = min(guess, width), True
+    return starts, found
