@@ -89,7 +89,8 @@ def test_fast_path_equals_beam_one_on_every_supported_option(
        pre_norm=st.booleans(), learned_positions=st.booleans())
 def test_fast_pass_scores_equal_the_fairseq_pass_over_uneven_rows(seed, rows, data, pre_norm, learned_positions):
     """Two passes of several tokens, the first kept to a different length per row: every position
-    the second pass scores has the fairseq path's log-probabilities and hidden states."""
+    the second pass scores has the fairseq path's log-probabilities and hidden states, also when the
+    fast path runs the second pass's layers on demand (its first positions read, then the rest)."""
     dictionary = make_dictionary(20)
     model = build_transformer(dictionary, seed=seed, layers=2, learned_positions=learned_positions,
                               decoder_normalize_before=pre_norm)
@@ -109,7 +110,11 @@ def test_fast_pass_scores_equal_the_fairseq_pass_over_uneven_rows(seed, rows, da
             zeros = torch.zeros(rows, dtype=torch.long)
             verifier.score(cache, first, zeros, max_len)
             verifier.rollback(cache, zeros, kept, first_n)
-            scores = verifier.score(cache, second, kept, max_len)
+            on_demand = isinstance(verifier, FastVerifier)
+            scores = verifier.score(cache, second, kept, max_len, on_demand=on_demand)
+            if on_demand:
+                first_positions = scores.span(0, min(2, second_n))
+                torch.testing.assert_close(scores.all()[:, :first_positions.size(1)], first_positions)
             results.append((scores.all(), scores.hidden_states()))
     (fast_lprobs, fast_hidden), (reference_lprobs, reference_hidden) = results
     torch.testing.assert_close(fast_hidden, reference_hidden, rtol=1e-4, atol=1e-5)

@@ -63,6 +63,8 @@ class ModuleProfile:
         def time_projection(scores):
             for method in ("span", "all"):
                 self.wrap(scores, method, "vocabulary projection", restore=False)
+            # the layers a pass runs on demand, as its scores are read
+            self.wrap(scores, "features_through", "verifier layers", restore=False)
 
         for method in ("begin", "propose", "update", "keep_rows"):
             self.wrap(decoder.drafter, method, "drafter")

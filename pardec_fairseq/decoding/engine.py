@@ -119,7 +119,7 @@ class DraftVerifyDecoder:
             proposal = self._within_length_limit(self.drafter.propose(state), state, max_len)
             n = proposal.tokens.size(1) + 1
             tokens = state.last_tokens() if n == 1 else torch.cat([state.last_tokens(), proposal.tokens], 1)
-            scores = verifier.score(cache, tokens, state.lengths, max_len, DraftTree.of(proposal))
+            scores = verifier.score(cache, tokens, state.lengths, max_len, DraftTree.of(proposal), on_demand=True)
             if self.drafter.reads_all_scores:
                 scores.all()
             verdict = self.acceptance.accept(proposal, scores, state.last_cumulative())

@@ -39,7 +39,7 @@ class FairseqVerifier(Verifier):
         return FairseqVerifierCache(encoder_outs, [{} for _ in range(self.ensemble.models_size)])
 
     def score(self, cache: FairseqVerifierCache, tokens: Tensor, first_index: Tensor, max_len: int,
-              tree=None) -> VerifierScores:
+              tree=None, on_demand=False) -> VerifierScores:
         if tree is not None:  # fairseq's attention takes one mask for every row of the batch
             raise ValueError("drafts with several branches (a tree per row) need --verifier fast: the fairseq "
                              "path masks attention alike for every row")

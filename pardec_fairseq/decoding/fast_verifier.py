@@ -165,12 +165,17 @@ class FastVerifier(Verifier):
         return None if enc is None else enc.transpose(0, 1), padding
 
     def score(self, cache: FastVerifierCache, tokens: Tensor, first_index: Tensor, max_len: int,
-              tree: Optional[DraftTree] = None) -> VerifierScores:
+              tree: Optional[DraftTree] = None, on_demand: bool = False) -> VerifierScores:
         steps, positions = self.steps_and_positions(tokens, first_index, tree)
-        features = [decoder.features(model_cache, tokens, None if decoder.decoder.embed_positions is None
-                                     else positions, first_index, tree)
+
+        def layers(start: int, stop: int) -> List[Tensor]:
+            return [decoder.features(model_cache, tokens[:, start:stop], None if decoder.decoder.embed_positions is None
+                                     else positions[:, start:stop], first_index + start, tree)
                     for decoder, model_cache in zip(self.fast_decoders, cache.caches)]
-        return VerifierScores(self, features, steps, max_len, tree)
+
+        if on_demand and tree is None:  # a tree's nodes are not in the order acceptance reads them
+            return VerifierScores(self, None, steps, max_len, later_layers=layers)
+        return VerifierScores(self, layers(0, tokens.size(1)), steps, max_len, tree)
 
     def logits(self, model: int, x: Tensor) -> Tensor:
         return self.fast_decoders[model].logits(x)

@@ -8,7 +8,7 @@ decoder features to the arithmetic here, which follows ``EnsembleModel.forward_d
 one-token pass gives fairseq's numbers.
 """
 import math
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -72,11 +72,13 @@ class Verifier:
         raise NotImplementedError
 
     def score(self, cache, tokens: Tensor, first_index: Tensor, max_len: int,
-              tree: Optional[DraftTree] = None) -> "VerifierScores":
+              tree: Optional[DraftTree] = None, on_demand: bool = False) -> "VerifierScores":
         """Score the positions after each of ``tokens`` ``[rows, n]``, where ``tokens[r, 0]`` sits at
         output index ``first_index[r]`` (BOS = 0) and the cache holds each row's tokens before it;
         each new token follows the one before it, or with ``tree`` its parent. The new tokens enter
-        the cache; fairseq's length rules for ``max_len`` apply."""
+        the cache; fairseq's length rules for ``max_len`` apply. With ``on_demand`` a path may run a
+        chain's layers only as far as its scores are read: the tokens after every row's first
+        rejected one then never run nor enter the cache."""
         raise NotImplementedError
 
     def rollback(self, cache, valid: Tensor, kept: Tensor, new_columns: int, path: Optional[Tensor] = None):
@@ -131,14 +133,28 @@ class Verifier:
 class VerifierScores:
     """The verifier's log-probabilities after each token of a pass, projected onto the vocabulary
     only where asked: on a CPU the output projection costs about as much as the decoder layers,
-    and the positions after a row's first rejected token are never needed."""
+    and the positions after a row's first rejected token are never needed. A path may run the
+    layers of a chain's later positions on demand too (``later_layers``): a long draft rejected
+    early then costs the layers of the positions ranked, not of the whole draft."""
 
-    def __init__(self, verifier: Verifier, features: List[Tensor], steps: Tensor, max_len: int,
-                 tree: Optional[DraftTree] = None):
+    def __init__(self, verifier: Verifier, features: Optional[List[Tensor]], steps: Tensor, max_len: int,
+                 tree: Optional[DraftTree] = None, later_layers: Optional[Callable[[int, int], List[Tensor]]] = None):
+        """``features``: per model the decoder output ``[rows, n, d]`` of every position of the pass, or
+        ``None`` and ``later_layers(start, stop)``, which runs the layers of positions ``start .. stop -
+        1`` (each call going on where the last one stopped)."""
         self.verifier, self.features, self.steps, self.max_len = verifier, features, steps, max_len
         self.tree = tree  # the pass's tree, None for a chain
         self.positions = steps.size(1)
+        self.later_layers = later_layers
         self.computed: Optional[Tensor] = None
+
+    def features_through(self, stop: int) -> List[Tensor]:
+        """Per model the decoder output of positions ``0 .. stop - 1`` (running the layers not run yet)."""
+        ready = 0 if self.features is None else self.features[0].size(1)
+        if stop > ready:
+            later = self.later_layers(ready, stop)
+            self.features = later if self.features is None else [torch.cat(pair, 1) for pair in zip(self.features, later)]
+        return self.features
 
     def span(self, start: int, stop: int, rows: Optional[Tensor] = None, needed: Optional[Tensor] = None) -> Tensor:
         """Log-probabilities ``[rows, stop - start, vocab]`` at positions ``start .. stop - 1`` of
@@ -148,7 +164,7 @@ class VerifierScores:
         if self.computed is not None:
             computed = self.computed if rows is None else self.computed[rows]
             return computed[:, start:stop]
-        features = [x[:, start:stop] if rows is None else x[rows, start:stop] for x in self.features]
+        features = [x[:, start:stop] if rows is None else x[rows, start:stop] for x in self.features_through(stop)]
         steps = self.steps[:, start:stop] if rows is None else self.steps[rows, start:stop]
         if needed is None or bool(needed.all()):
             return self.verifier.log_probs(features, steps, self.max_len)
@@ -160,7 +176,7 @@ class VerifierScores:
     def hidden_states(self, model: int = 0) -> Tensor:
         """``[rows, n, d]``: model ``model``'s decoder output at every position of the pass, before
         the output layer (what drafters that ride on the verifier read)."""
-        return self.features[model]
+        return self.features_through(self.positions)[model]
 
     def all(self) -> Tensor:
         """Every position of every row, projected once and kept for later calls."""
