@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Train the autoregressive Transformer (the verifier of the plugin's algorithms) with fairseq-train.
 #   scripts/train_transformer.sh DATA_BIN SAVE_DIR -s SRC -t TGT [--preset cpu|base] [--minutes M]
-#                                [--max-tokens N] [--nproc N] [--init-from CKPT] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
+#                                [--max-tokens N] [--nproc N] [--init-from CKPT] [--warmup-updates N]
+#                                [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
 # --preset cpu   3+3 layers, d_model 256, FFN 1024, 4 heads, pre-norm, lr 1.5e-3, 300 warm-up
 #                updates (default; sized to learn fast on a 2-core CPU)
 # --preset base  transformer-base (Vaswani et al.): 6+6 layers, d_model 512, FFN 2048, 8 heads,
@@ -12,11 +13,12 @@
 # --init-from C  start from the weights of checkpoint C (fairseq's --finetune-from-model: fresh
 #                optimizer, schedule and meters); --minutes then counts this run only, where
 #                fairseq's --stop-time-hours would count C's training time too
+# --warmup-updates N  the learning rate's warm-up instead of the preset's (short runs learn sooner)
 # A finished training in SAVE_DIR (marked by SAVE_DIR/.trained) is reused; the log is SAVE_DIR/train.log.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,15p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,17p "$0" >&2; exit 2; }
 data=$1 save=$2; shift 2
-src="" tgt="" preset=cpu minutes="" max_tokens=4096 nproc=1 init_from="" extra=()
+src="" tgt="" preset=cpu minutes="" max_tokens=4096 nproc=1 init_from="" warmup="" extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -s) src=$2; shift 2 ;;
@@ -26,6 +28,7 @@ while [ $# -gt 0 ]; do
     --max-tokens) max_tokens=$2; shift 2 ;;
     --nproc) nproc=$2; shift 2 ;;
     --init-from) init_from=$2; shift 2 ;;
+    --warmup-updates) warmup=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "train_transformer.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -39,6 +42,7 @@ case "$preset" in
   base) model=(--lr 5e-4 --warmup-updates 4000) ;;
   *) echo "train_transformer.sh: --preset must be cpu or base" >&2; exit 2 ;;
 esac
+[ -z "$warmup" ] || model+=(--warmup-updates "$warmup")
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$save"
 if [ -f "$save/.trained" ]; then
@@ -51,7 +55,7 @@ args=("$data" --user-dir "$root/pardec_fairseq" --task translation_pardec -s "$s
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1
   --optimizer adam --adam-betas "(0.9,0.98)" --lr-scheduler inverse_sqrt --max-tokens "$max_tokens"
   --max-epoch 100 --save-dir "$save" --no-epoch-checkpoints
-  --log-format simple --log-interval 50 --num-workers 0 --seed 1 "${extra[@]}")
+  --log-format simple --log-interval 10 --num-workers 0 --seed 1 "${extra[@]}")
 previous_seconds=0
 if [ -n "$init_from" ]; then
   [ -f "$init_from" ] || { echo "train_transformer.sh: --init-from $init_from: no such checkpoint" >&2; exit 2; }

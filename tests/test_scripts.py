@@ -40,11 +40,28 @@ def test_train_transformer_from_a_checkpoint_counts_only_its_own_minutes(toy_exp
     torch.save(state, tmp_path / "hour.pt")
     save = tmp_path / "fine_tuned"
     run_script("train_transformer.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt", "--preset", "base",
-               "--minutes", 1, "--init-from", tmp_path / "hour.pt", "--", *TINY_TRANSFORMER[2:], "--max-update", 25)
+               "--minutes", 1, "--init-from", tmp_path / "hour.pt", "--warmup-updates", 7,
+               "--", *TINY_TRANSFORMER[2:], "--max-update", 25)
     log = (save / "train.log").read_text()
     assert f"Loaded checkpoint {tmp_path / 'hour.pt'}" in log
+    assert "'warmup_updates': 7" in log  # instead of the preset's
     assert "num_updates 25" in log  # stopped by --max-update, not by the hour it started with
     assert (save / ".trained").exists()
+
+
+def test_training_reports_its_progress_while_it_runs(tmp_path):
+    """A line per interval from the log's latest training line ("starting" before there is one),
+    until the training process ends."""
+    log = tmp_path / "train.log"
+    log.write_text("")
+    report = f"source {REPO}/scripts/run_training.sh; sleep 2.5 & report_progress toy {log} $! 1"
+    before = subprocess.run(["bash", "-c", report], capture_output=True, text=True, timeout=60).stdout.splitlines()
+    assert len(before) >= 2 and all(line.endswith("s, starting") for line in before)
+    log.write_text("2026-11-24 03:56:10 | INFO | train_inner | epoch 008:    176 / 182 loss=2.251, nll_loss=0.595, "
+                   "ppl=1.51, wps=2512.9, ups=0.67, num_updates=1450, lr=0.000682288, gnorm=0.455\n")
+    during = subprocess.run(["bash", "-c", report], capture_output=True, text=True, timeout=60).stdout.splitlines()
+    assert during[0] == "toy: 0 min 1 s, 1450 updates, loss 2.251"
+    assert len(during) <= 3  # none after the process ended
 
 
 def test_train_distributed_with_two_local_processes(toy_experiment, tmp_path):
