@@ -30,7 +30,11 @@ run_training() {
   pid=$!
   report_progress "$name" "$save/train.log" "$pid" 30
   wait "$pid" || status=$?
-  [ "$status" -eq 0 ] || { echo "$name: fairseq-train failed; see $save/train.log" >&2; tail -5 "$save/train.log" >&2; return 1; }
+  if [ "$status" -ne 0 ]; then
+    echo "$name: fairseq-train failed; see $save/train.log" >&2
+    tail -5 "$save/train.log" >&2
+    return 1
+  fi
   grep -E "\| valid on" "$save/train.log" | tail -1 | sed 's/.*| valid on/valid on/' | cut -c1-160
   touch "$save/.trained"
 }

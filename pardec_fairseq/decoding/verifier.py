@@ -153,7 +153,8 @@ class VerifierScores:
         ready = 0 if self.features is None else self.features[0].size(1)
         if stop > ready:
             later = self.later_layers(ready, stop)
-            self.features = later if self.features is None else [torch.cat(pair, 1) for pair in zip(self.features, later)]
+            self.features = later if self.features is None else \
+                [torch.cat(pair, 1) for pair in zip(self.features, later)]
         return self.features
 
     def span(self, start: int, stop: int, rows: Optional[Tensor] = None, needed: Optional[Tensor] = None) -> Tensor:
