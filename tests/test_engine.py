@@ -78,7 +78,7 @@ def test_long_accepted_drafts_and_uneven_rows_keep_the_greedy_output(seed, block
     expected = fairseq_beam_one([model], dictionary, collated, max_len_b=30)
     references = [h[0]["tokens"].tolist() for h in expected]
     drafter = ReferenceDrafter(references, block, noise, len(dictionary), seed)
-    actual, stats = run_engine([model], dictionary, collated, drafter, ExactAcceptance(first_chunk), max_len_b=30)
+    actual, stats = run_engine([model], dictionary, collated, drafter, ExactAcceptance(chunk_range=(first_chunk, first_chunk)), max_len_b=30)
     assert_same_hypotheses(expected, actual)
     if noise == 0.0:  # every drafted token is right: block + 1 tokens per pass
         assert stats.iterations == sum(math.ceil(len(r) / (block + 1)) for r in references)
@@ -178,7 +178,7 @@ def test_exact_acceptance_keeps_what_fairseqs_topk_keeps_position_by_position(se
             top = torch.topk(lprobs[row, j] + before, k=2)
             tokens[row, j], before = top.indices[0], top.values[0]
     proposal = Proposal(tokens=tokens, lengths=lengths)
-    verdict = ExactAcceptance(first_chunk).accept(proposal, FixedScores(lprobs), running)
+    verdict = ExactAcceptance(chunk_range=(first_chunk, first_chunk)).accept(proposal, FixedScores(lprobs), running)
     kept, choices = sequential_greedy_reference(lprobs, proposal, running)
     assert verdict.accepted.tolist() == kept
     for row, (tokens, scores) in enumerate(choices):

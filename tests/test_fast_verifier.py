@@ -86,11 +86,13 @@ def test_fast_path_equals_beam_one_on_every_supported_option(
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), rows=st.integers(1, 5), data=st.data(),
-       pre_norm=st.booleans(), learned_positions=st.booleans())
-def test_fast_pass_scores_equal_the_fairseq_pass_over_uneven_rows(seed, rows, data, pre_norm, learned_positions):
+       pre_norm=st.booleans(), learned_positions=st.booleans(), compiled=st.booleans())
+def test_fast_pass_scores_equal_the_fairseq_pass_over_uneven_rows(seed, rows, data, pre_norm, learned_positions,
+                                                                  compiled):
     """Two passes of several tokens, the first kept to a different length per row: every position
     the second pass scores has the fairseq path's log-probabilities and hidden states, also when the
-    fast path runs the second pass's layers on demand (its first positions read, then the rest)."""
+    fast path runs the second pass's layers on demand (its first positions read, then some rows'
+    next positions, then the rest), its layers compiled (a CPU) or as torch operations."""
     dictionary = make_dictionary(20)
     model = build_transformer(dictionary, seed=seed, layers=2, learned_positions=learned_positions,
                               decoder_normalize_before=pre_norm)
@@ -105,6 +107,8 @@ def test_fast_pass_scores_equal_the_fairseq_pass_over_uneven_rows(seed, rows, da
     results = []
     for verifier in (FastVerifier, FairseqVerifier):
         verifier = verifier([model], dictionary, DecodingOptions())
+        if isinstance(verifier, FastVerifier) and not compiled:
+            verifier.fast_decoders[0].compiled = verifier.fast_decoders[0].row_step = None
         with torch.no_grad():
             cache = verifier.start(batch["net_input"], max_len)
             zeros = torch.zeros(rows, dtype=torch.long)
@@ -113,8 +117,14 @@ def test_fast_pass_scores_equal_the_fairseq_pass_over_uneven_rows(seed, rows, da
             on_demand = isinstance(verifier, FastVerifier)
             scores = verifier.score(cache, second, kept, max_len, on_demand=on_demand)
             if on_demand:
-                first_positions = scores.span(0, min(2, second_n))
-                torch.testing.assert_close(scores.all()[:, :first_positions.size(1)], first_positions)
+                first_stop = min(2, second_n)
+                first_positions = scores.span(0, first_stop)
+                some = torch.tensor(sorted(data.draw(st.sets(st.integers(0, rows - 1), min_size=1))))
+                next_stop = min(first_stop + 2, second_n)
+                next_positions = scores.span(first_stop, next_stop, some) if next_stop > first_stop else None
+                torch.testing.assert_close(scores.all()[:, :first_stop], first_positions)
+                if next_positions is not None:
+                    torch.testing.assert_close(scores.all()[some, first_stop:next_stop], next_positions)
             results.append((scores.all(), scores.hidden_states()))
     (fast_lprobs, fast_hidden), (reference_lprobs, reference_hidden) = results
     torch.testing.assert_close(fast_hidden, reference_hidden, rtol=1e-4, atol=1e-5)

@@ -93,22 +93,28 @@ class ExactAcceptance:
     ``topk`` over the running cumulative score plus the new log-probabilities, so near-ties
     resolve as in ``SequenceGenerator``. Along a matching draft the running score is known in
     advance (a sequential float32 sum of the drafted tokens' log-probabilities), so a chunk of
-    positions is ranked in one ``topk``. Chunks start at ``first_chunk`` positions and double; only
-    rows that matched every drafted token so far are projected onto the vocabulary for the next one,
-    and only as far as their own draft goes. On a CPU a chunk is ranked by one compiled call that
+    positions is ranked in one ``topk``. Chunks double from a first one of about ``first_positions``
+    positions across the batch (``chunk_range`` per row): one row's pass costs about the same for 1
+    to 16 tokens (its weights are read once), a batch's grows with its positions. Only rows that
+    matched every drafted token so far run the next chunk's layers (where the verifier runs them on
+    demand) and are projected onto the vocabulary, and only as far as their own draft goes. On a CPU a chunk is ranked by one compiled call that
     stops at each row's first rejected position (``_rank_chain``: a UA-GEC IAD pass's ranking took a
     dozen torch operations over every position's vocabulary); a row meeting a tied score on its way
     is ranked by ``topk`` as before.
     """
 
-    def __init__(self, first_chunk=16):
-        self.first_chunk = first_chunk
+    def __init__(self, first_positions=16, chunk_range=(4, 16)):
+        self.first_positions, self.chunk_range = first_positions, chunk_range
+
+    def first_chunk(self, rows: int) -> int:
+        low, high = self.chunk_range
+        return max(low, min(high, self.first_positions // rows))
 
     def accept(self, proposal: Proposal, scores, cumulative_before) -> Verdict:
         if getattr(scores, "tree", None) is not None:
             return self._accept_path(proposal, scores, cumulative_before)
         n = proposal.tokens.size(1) + 1
-        stop = min(n, self.first_chunk)
+        stop = min(n, self.first_chunk(proposal.tokens.size(0)))
         top_scores, top_tokens, kept = self._rank(proposal, scores, 0, stop, None, cumulative_before)
         if stop == n:  # one chunk: every row's positions are ranked
             return Verdict(accepted=kept, tokens=top_tokens, cumulative=top_scores)

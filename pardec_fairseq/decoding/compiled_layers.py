@@ -12,6 +12,7 @@ without a draft) also embeds and normalises in numpy (``RowStep``). The compiled
 beside this file, so only the first run on a machine compiles.
 """
 import math
+from typing import Optional
 
 import numba
 import numpy as np
@@ -82,23 +83,26 @@ def _softmax_into(out, weights, values, columns):
 
 
 @numba.njit(cache=True, nogil=True)
-def _self_attend_rows(qkv, keys, values, first, sees, chain, heads):
-    """A pass's self-attention: ``qkv`` ``[rows, n, 3d]`` (q already scaled) of the new tokens, whose keys
-    and values are written at columns ``first[r] + i`` of ``keys``/``values`` ``[rows, heads, capacity,
-    hd]``; token ``i`` of row ``r`` attends to the columns before ``first[r]`` and to the new tokens it
-    sees: those up to itself (``chain``) or ``sees[r, i]`` (a tree). Returns ``[rows, n, d]``."""
+def _self_attend_rows(qkv, keys, values, first, cache_rows, sees, chain, heads):
+    """A pass's self-attention: ``qkv`` ``[rows, n, 3d]`` (q already scaled) of the new tokens of
+    cache rows ``cache_rows``, whose keys and values are written at columns ``first[r] + i`` of
+    ``keys``/``values`` ``[cache rows, heads, capacity, hd]``; token ``i`` of row ``r`` attends to the
+    columns before ``first[r]`` and to the new tokens it sees: those up to itself (``chain``) or
+    ``sees[r, i]`` (a tree). Returns ``[rows, n, d]``."""
     rows, n, width = qkv.shape
     d = width // 3
     head_dim = d // heads
     for r in range(rows):
+        row = cache_rows[r]
         for i in range(n):
             for h in range(heads):
                 start = h * head_dim
-                keys[r, h, first[r] + i, :] = qkv[r, i, d + start:d + start + head_dim]
-                values[r, h, first[r] + i, :] = qkv[r, i, 2 * d + start:2 * d + start + head_dim]
+                keys[row, h, first[r] + i, :] = qkv[r, i, d + start:d + start + head_dim]
+                values[row, h, first[r] + i, :] = qkv[r, i, 2 * d + start:2 * d + start + head_dim]
     out = np.zeros((rows, n, d), dtype=np.float32)
     weights = np.empty(keys.shape[2], dtype=np.float32)
     for r in range(rows):
+        row = cache_rows[r]
         columns = first[r] + n
         for i in range(n):
             for h in range(heads):
@@ -109,30 +113,32 @@ def _self_attend_rows(qkv, keys, values, first, sees, chain, heads):
                     if j >= 0 and (j > i if chain else not sees[r, i, j]):
                         weights[c] = -np.inf
                     else:
-                        weights[c] = _dot(q, keys[r, h, c])
-                _softmax_into(out[r, i, start:start + head_dim], weights, values[r, h], columns)
+                        weights[c] = _dot(q, keys[row, h, c])
+                _softmax_into(out[r, i, start:start + head_dim], weights, values[row, h], columns)
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def _cross_attend_rows(q, enc_keys, enc_values, padding, padded, heads):
-    """A pass's encoder attention: ``q`` ``[rows, n, d]`` (already scaled) over ``enc_keys``/
-    ``enc_values`` ``[rows, heads, src, hd]``, skipping source padding ``[rows, src]`` (when ``padded``)."""
+def _cross_attend_rows(q, enc_keys, enc_values, padding, padded, cache_rows, heads):
+    """A pass's encoder attention: ``q`` ``[rows, n, d]`` (already scaled) of cache rows ``cache_rows``
+    over ``enc_keys``/``enc_values`` ``[cache rows, heads, src, hd]``, skipping source padding ``[cache
+    rows, src]`` (when ``padded``)."""
     rows, n, d = q.shape
     head_dim = d // heads
     src = enc_keys.shape[2]
     out = np.zeros((rows, n, d), dtype=np.float32)
     weights = np.empty(src, dtype=np.float32)
     for r in range(rows):
+        row = cache_rows[r]
         for i in range(n):
             for h in range(heads):
                 start = h * head_dim
                 for c in range(src):
-                    if padded and padding[r, c]:
+                    if padded and padding[row, c]:
                         weights[c] = -np.inf
                     else:
-                        weights[c] = _dot(q[r, i, start:start + head_dim], enc_keys[r, h, c])
-                _softmax_into(out[r, i, start:start + head_dim], weights, enc_values[r, h], src)
+                        weights[c] = _dot(q[r, i, start:start + head_dim], enc_keys[row, h, c])
+                _softmax_into(out[r, i, start:start + head_dim], weights, enc_values[row, h], src)
     return out
 
 
@@ -148,11 +154,12 @@ def _activate(h, activation):
 
 
 @numba.njit(cache=True, nogil=True)
-def _pass_layers(x, first, sees, chain, keys, values, enc_keys, enc_values, enc_padding, padded, products, biases,
+def _pass_layers(x, first, cache_rows, sees, chain, keys, values, enc_keys, enc_values, enc_padding, padded, products, biases,
                  widths, norms, eps, heads, normalize_before, cross_attention, activation):
     """Every decoder layer of a pass, as ``DecoderLayer.forward``: ``x`` ``[rows, n, d]`` the new tokens'
     inputs, token ``i`` of row ``r`` written at buffer column ``first[r] + i`` of ``keys[l]``/
-    ``values[l]`` ``[rows, heads, capacity, hd]`` and attending as ``_self_attend_rows`` says. Per
+    ``values[l]`` ``[cache rows, heads, capacity, hd]`` at cache row ``cache_rows[r]`` and attending as
+    ``_self_attend_rows`` says. Per
     layer ``l``: ``products[l]`` holds the packed weights of q/k/v, self-attention out,
     encoder-attention q and out, fc1 and fc2 (``biases[l]`` theirs, ``widths[l]`` their output
     widths), ``norms[l]`` ``[3 (weight, bias), 3 (self, encoder, ffn), d]``, ``eps[l]`` their
@@ -163,14 +170,14 @@ def _pass_layers(x, first, sees, chain, keys, values, enc_keys, enc_values, enc_
         w, b, width, norm, epsilon = products[layer], biases[layer], widths[layer], norms[layer], eps[layer]
         h = _norm_rows(flat, norm[0, 0], norm[1, 0], epsilon[0]) if normalize_before else flat
         qkv = vector_kernels.product(h, w[0], b[0], width[0]).reshape((rows, n, width[0]))
-        attended = _self_attend_rows(qkv, keys[layer], values[layer], first, sees, chain, heads)
+        attended = _self_attend_rows(qkv, keys[layer], values[layer], first, cache_rows, sees, chain, heads)
         flat = flat + vector_kernels.product(attended.reshape((rows * n, d)), w[1], b[1], width[1])
         if not normalize_before:
             flat = _norm_rows(flat, norm[0, 0], norm[1, 0], epsilon[0])
         if cross_attention:
             h = _norm_rows(flat, norm[0, 1], norm[1, 1], epsilon[1]) if normalize_before else flat
             q = vector_kernels.product(h, w[2], b[2], width[2]).reshape((rows, n, d))
-            attended = _cross_attend_rows(q, enc_keys[layer], enc_values[layer], enc_padding, padded, heads)
+            attended = _cross_attend_rows(q, enc_keys[layer], enc_values[layer], enc_padding, padded, cache_rows, heads)
             flat = flat + vector_kernels.product(attended.reshape((rows * n, d)), w[3], b[3], width[3])
             if not normalize_before:
                 flat = _norm_rows(flat, norm[0, 1], norm[1, 1], epsilon[1])
@@ -234,12 +241,14 @@ class _CompiledWeights(_LayerKind):
         self.weights = (tuple(products), tuple(biases), tuple(widths), tuple(norms), tuple(eps), self.heads,
                         self.normalize_before, self.cross_attention, self.activation)
 
-    def layers(self, cache, x: np.ndarray, first: np.ndarray, tree) -> np.ndarray:
-        """``x`` ``[rows, n, d]``: the new tokens' inputs; token ``i`` of row ``r`` at buffer column
-        ``first[r] + i``, after its parent in ``tree`` (``None``: a chain)."""
+    def layers(self, cache, x: np.ndarray, first: np.ndarray, tree, rows: Optional[np.ndarray] = None) -> np.ndarray:
+        """``x`` ``[rows, n, d]``: the new tokens' inputs of the cache's ``rows`` (``None``: all);
+        token ``i`` of row ``r`` at buffer column ``first[r] + i``, after its parent in ``tree``
+        (``None``: a chain)."""
         cache.reserve(int(first.max()) + x.shape[1])
         sees = _NO_TREE if tree is None else tree.sees.numpy()
-        return _pass_layers(x, first, sees, tree is None, *cache.numpy_views(), *self.weights)
+        cache_rows = np.arange(x.shape[0]) if rows is None else rows
+        return _pass_layers(x, first, cache_rows, sees, tree is None, *cache.numpy_views(), *self.weights)
 
 
 class RowStep(_CompiledWeights):
@@ -294,8 +303,9 @@ class CompiledLayers(_CompiledWeights):
     one compiled call. Its products run on the vector kernel whatever the rows (on this project's CPU
     within 15% of oneDNN's single-threaded speed at 480 rows, faster below 160)."""
 
-    def __call__(self, cache, x: Tensor, first_index: Tensor, tree) -> Tensor:
-        return torch.from_numpy(self.layers(cache, x.numpy(), first_index.numpy(), tree))
+    def __call__(self, cache, x: Tensor, first_index: Tensor, tree, rows: Optional[Tensor] = None) -> Tensor:
+        return torch.from_numpy(self.layers(cache, x.numpy(), first_index.numpy(), tree,
+                                            None if rows is None else rows.numpy()))
 
 
 _NO_TREE = np.zeros((0, 0, 0), dtype=np.bool_)

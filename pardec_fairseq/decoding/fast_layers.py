@@ -116,17 +116,22 @@ class _Write:
 
 
 def run_layers(layers: List[DecoderLayer], compiled: Optional[CompiledLayers], cache: "FastCache", x: Tensor,
-               first_index: Tensor, tree) -> Tensor:
-    """The layers of a pass over the new tokens' inputs ``x`` ``[rows, n, d]``: token ``i`` of row ``r``
-    at buffer column ``first_index[r] + i``, seeing the columns before it and, among the new ones,
-    those ``tree.sees`` says (``None``: those up to itself); compiled where ``compiled`` is given."""
+               first_index: Tensor, tree, rows: Optional[Tensor] = None) -> Tensor:
+    """The layers of a pass over the new tokens' inputs ``x`` ``[rows, n, d]`` of the cache's ``rows``
+    (``None``: all): token ``i`` of row ``r`` at buffer column ``first_index[r] + i``, seeing the
+    columns before it and, among the new ones, those ``tree.sees`` says (``None``: those up to
+    itself); compiled where ``compiled`` is given."""
     if compiled is not None:
-        return compiled(cache, x.contiguous(), first_index, tree)
+        return compiled(cache, x.contiguous(), first_index, tree, rows)
     write = _Write.plan(first_index, x.size(1), layers[0].heads, layers[0].head_dim, tree)
     cache.reserve(write.columns)
+    own = cache if rows is None else cache.of_rows(rows)
     for i, layer in enumerate(layers):
-        x = layer.forward(x, cache.buffers[i, 0], cache.buffers[i, 1], write, cache.enc_keys[i], cache.enc_values[i],
-                          cache.enc_mask)
+        x = layer.forward(x, own.buffers[i, 0], own.buffers[i, 1], write, own.enc_keys[i], own.enc_values[i],
+                          own.enc_mask)
+    if rows is not None:  # the new columns go back (the rest of each copied row is unchanged)
+        low = int(first_index.min())
+        cache.buffers[:, :, rows, :, low:write.columns] = own.buffers[:, :, :, :, low:write.columns]
     return x
 
 
@@ -177,6 +182,12 @@ class FastCache:
         index = (valid.unsqueeze(1) + path).view(1, 1, rows, 1, m, 1).expand(layers, 2, rows, heads, m, head_dim)
         target = (valid.unsqueeze(1) + torch.arange(m, device=path.device)).view(1, 1, rows, 1, m, 1)
         self.buffers.scatter_(4, target.expand_as(index), self.buffers.gather(4, index))
+
+    def of_rows(self, rows: Tensor) -> "FastCache":
+        """A copy of ``rows`` (indices into the batch)."""
+        copy = FastCache(self.buffers, self.enc_keys, self.enc_values, self.enc_mask, self.enc, self.enc_padding)
+        copy.keep_rows(rows)
+        return copy
 
     def keep_rows(self, rows: Tensor):
         self.views = None

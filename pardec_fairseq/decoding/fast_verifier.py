@@ -99,9 +99,10 @@ class FastDecoder:
         return FastCache(buffers, enc_keys, enc_values, enc_mask, enc, enc_padding)
 
     def features(self, cache: "FastCache", tokens: Tensor, positions: Optional[Tensor], first_index: Tensor,
-                 tree: Optional[DraftTree] = None):
-        """The decoder output ``[rows, n, d]`` after ``tokens`` ``[rows, n]``."""
-        if self.row_step is not None and tokens.numel() == 1:
+                 tree: Optional[DraftTree] = None, rows: Optional[Tensor] = None):
+        """The decoder output ``[rows, n, d]`` after ``tokens`` ``[rows, n]`` of the cache's ``rows``
+        (``None``: all)."""
+        if self.row_step is not None and tokens.numel() == 1 and rows is None:
             return self.row_step(cache, int(tokens), positions, int(first_index))
         x = self.embed_scale * F.embedding(tokens, self.embed_tokens)
         if self.project_in is not None:
@@ -111,7 +112,7 @@ class FastDecoder:
             x = x + embed_positions(decoder.embed_positions, positions)
         if decoder.layernorm_embedding is not None:
             x = layer_norm(x, decoder.layernorm_embedding)
-        x = run_layers(self.layers, self.compiled, cache, x, first_index, tree)
+        x = run_layers(self.layers, self.compiled, cache, x, first_index, tree, rows)
         if decoder.layer_norm is not None:
             x = layer_norm(x, decoder.layer_norm)
         if self.project_out is not None:
@@ -168,9 +169,10 @@ class FastVerifier(Verifier):
               tree: Optional[DraftTree] = None, on_demand: bool = False) -> VerifierScores:
         steps, positions = self.steps_and_positions(tokens, first_index, tree)
 
-        def layers(start: int, stop: int) -> List[Tensor]:
-            return [decoder.features(model_cache, tokens[:, start:stop], None if decoder.decoder.embed_positions is None
-                                     else positions[:, start:stop], first_index + start, tree)
+        def layers(start: int, stop: int, rows: Optional[Tensor] = None) -> List[Tensor]:
+            own = (tokens, positions, first_index) if rows is None else (tokens[rows], positions[rows], first_index[rows])
+            return [decoder.features(model_cache, own[0][:, start:stop], None if decoder.decoder.embed_positions is None
+                                     else own[1][:, start:stop], own[2] + start, tree, rows)
                     for decoder, model_cache in zip(self.fast_decoders, cache.caches)]
 
         if on_demand and tree is None:  # a tree's nodes are not in the order acceptance reads them

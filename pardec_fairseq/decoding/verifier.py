@@ -134,28 +134,42 @@ class VerifierScores:
     """The verifier's log-probabilities after each token of a pass, projected onto the vocabulary
     only where asked: on a CPU the output projection costs about as much as the decoder layers,
     and the positions after a row's first rejected token are never needed. A path may run the
-    layers of a chain's later positions on demand too (``later_layers``): a long draft rejected
-    early then costs the layers of the positions ranked, not of the whole draft."""
+    layers of a chain's later positions on demand too (``later_layers``), for the rows asked about:
+    a long draft rejected early then costs the layers of the positions ranked, not of the whole
+    draft, and in a batch the rows that rejected theirs stop paying for the others."""
 
     def __init__(self, verifier: Verifier, features: Optional[List[Tensor]], steps: Tensor, max_len: int,
-                 tree: Optional[DraftTree] = None, later_layers: Optional[Callable[[int, int], List[Tensor]]] = None):
+                 tree: Optional[DraftTree] = None,
+                 later_layers: Optional[Callable[[int, int, Optional[Tensor]], List[Tensor]]] = None):
         """``features``: per model the decoder output ``[rows, n, d]`` of every position of the pass, or
-        ``None`` and ``later_layers(start, stop)``, which runs the layers of positions ``start .. stop -
-        1`` (each call going on where the last one stopped)."""
+        ``None`` and ``later_layers(start, stop, rows)``, which runs the layers of positions ``start
+        .. stop - 1`` of ``rows`` (``None``: all), each row's call going on from a position it has run."""
         self.verifier, self.features, self.steps, self.max_len = verifier, features, steps, max_len
         self.tree = tree  # the pass's tree, None for a chain
         self.positions = steps.size(1)
         self.later_layers = later_layers
+        self.ready = steps.new_zeros(steps.size(0))  # on demand: positions whose layers ran, per row
         self.computed: Optional[Tensor] = None
 
-    def features_through(self, stop: int) -> List[Tensor]:
-        """Per model the decoder output of positions ``0 .. stop - 1`` (running the layers not run yet)."""
-        ready = 0 if self.features is None else self.features[0].size(1)
-        if stop > ready:
-            later = self.later_layers(ready, stop)
-            self.features = later if self.features is None else \
-                [torch.cat(pair, 1) for pair in zip(self.features, later)]
-        return self.features
+    def features_through(self, stop: int, rows: Optional[Tensor] = None) -> List[Tensor]:
+        """Per model the decoder output of positions ``0 .. stop - 1`` of ``rows`` (all by default),
+        running the layers not run yet."""
+        if self.later_layers is not None:
+            ready = self.ready if rows is None else self.ready[rows]
+            start = int(ready.min())
+            if start < stop:  # rows ahead of ``start`` run their positions again, to the same values
+                later = self.later_layers(start, stop, rows)
+                if self.features is None:
+                    self.features = [x.new_empty(self.ready.numel(), self.positions, x.size(-1)) for x in later]
+                for features, part in zip(self.features, later):
+                    if rows is None:
+                        features[:, start:stop] = part
+                    else:
+                        features[rows, start:stop] = part
+                ready.clamp_(min=stop)
+                if rows is not None:
+                    self.ready[rows] = ready
+        return [x[:, :stop] if rows is None else x[rows, :stop] for x in self.features]
 
     def span(self, start: int, stop: int, rows: Optional[Tensor] = None, needed: Optional[Tensor] = None) -> Tensor:
         """Log-probabilities ``[rows, stop - start, vocab]`` at positions ``start .. stop - 1`` of
@@ -165,7 +179,7 @@ class VerifierScores:
         if self.computed is not None:
             computed = self.computed if rows is None else self.computed[rows]
             return computed[:, start:stop]
-        features = [x[:, start:stop] if rows is None else x[rows, start:stop] for x in self.features_through(stop)]
+        features = [x[:, start:stop] for x in self.features_through(stop, rows)]
         steps = self.steps[:, start:stop] if rows is None else self.steps[rows, start:stop]
         if needed is None or bool(needed.all()):
             return self.verifier.log_probs(features, steps, self.max_len)
