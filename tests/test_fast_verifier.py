@@ -56,7 +56,7 @@ architectures = st.fixed_dictionaries({
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(architecture=architectures, sharing=st.sampled_from(sorted(SHARING)), project_out=st.booleans(),
        project_in=st.booleans(), ensemble=st.integers(1, 2), seed=st.integers(0, 10_000), layers=st.integers(1, 3),
-       embed_dim=st.sampled_from([8, 16, 32]), heads=st.sampled_from([1, 2, 4]), eos_bias=st.floats(-1.0, 3.0),
+       embed_dim=st.sampled_from([8, 16, 32, 128]), heads=st.sampled_from([1, 2, 4]), eos_bias=st.floats(-1.0, 3.0),
        algorithm=st.sampled_from(["greedy", "iad", "jacobi", "gs-jacobi"]), batch=sentences,
        left_pad=st.booleans(), max_len_a=st.sampled_from([0.0, 0.5, 1.2]), max_len_b=st.integers(1, 20),
        min_len=st.integers(0, 3), unkpen=st.sampled_from([0.0, 2.0, -2.0]),
@@ -86,15 +86,16 @@ def test_fast_path_equals_beam_one_on_every_supported_option(
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), rows=st.integers(1, 5), data=st.data(),
-       pre_norm=st.booleans(), learned_positions=st.booleans(), compiled=st.booleans())
+       pre_norm=st.booleans(), learned_positions=st.booleans(), compiled=st.booleans(),
+       embed_dim=st.sampled_from([16, 128]))
 def test_fast_pass_scores_equal_the_fairseq_pass_over_uneven_rows(seed, rows, data, pre_norm, learned_positions,
-                                                                  compiled):
+                                                                  compiled, embed_dim):
     """Two passes of several tokens, the first kept to a different length per row: every position
     the second pass scores has the fairseq path's log-probabilities and hidden states, also when the
     fast path runs the second pass's layers on demand (its first positions read, then some rows'
     next positions, then the rest), its layers compiled (a CPU) or as torch operations."""
     dictionary = make_dictionary(20)
-    model = build_transformer(dictionary, seed=seed, layers=2, learned_positions=learned_positions,
+    model = build_transformer(dictionary, seed=seed, layers=2, learned_positions=learned_positions, embed_dim=embed_dim,
                               decoder_normalize_before=pre_norm)
     batch = make_batch(dictionary, [data.draw(st.lists(st.integers(4, 23), min_size=1, max_size=8))
                                     for _ in range(rows)])
@@ -200,13 +201,15 @@ def test_the_compiled_layers_compute_what_the_torch_layers_compute(architecture,
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(architecture=architectures, seed=st.integers(0, 10_000), layers=st.integers(1, 3),
-       heads=st.sampled_from([1, 2, 4]), batch=sentences, left_pad=st.booleans(), compiled=st.booleans())
-def test_the_fast_encoder_computes_what_fairseqs_encoder_computes(architecture, seed, layers, heads, batch, left_pad,
-                                                                  compiled):
+       heads=st.sampled_from([1, 2, 4]), embed_dim=st.sampled_from([16, 128]), batch=sentences, left_pad=st.booleans(),
+       compiled=st.booleans())
+def test_the_fast_encoder_computes_what_fairseqs_encoder_computes(architecture, seed, layers, heads, embed_dim, batch,
+                                                                  left_pad, compiled):
     """Every state, padded positions included, and the padding mask (``None`` when nothing is padded), with
-    the layers compiled (a CPU) or as torch operations (elsewhere)."""
+    the layers compiled (a CPU; heads of 64 dimensions weigh their values on the vector kernel) or as
+    torch operations (elsewhere)."""
     dictionary = make_dictionary(20)
-    model = build_transformer(dictionary, seed=seed, layers=layers, heads=heads, **architecture)
+    model = build_transformer(dictionary, seed=seed, layers=layers, heads=heads, embed_dim=embed_dim, **architecture)
     net_input = make_batch(dictionary, batch, left_pad_source=left_pad)["net_input"]
     assert fast_encoder_obstacle(model.encoder) is None
     with torch.no_grad():

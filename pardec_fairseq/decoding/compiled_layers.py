@@ -66,20 +66,41 @@ def _norm_rows(x, weight, bias, eps):
 
 
 @numba.njit(cache=True, nogil=True)
-def _softmax_into(out, weights, values, columns):
-    """``out += softmax(weights[:columns]) @ values[:columns]`` (-inf weights drop out)."""
-    highest = -np.inf
-    for c in range(columns):
-        highest = max(highest, weights[c])
-    total = np.float32(0.0)
-    for c in range(columns):
-        weights[c] = np.exp(weights[c] - highest)
-        total += weights[c]
-    for c in range(columns):
-        p = weights[c] / total
-        if p != 0:
-            for k in range(out.shape[0]):
-                out[k] += p * values[c, k]
+def _softmax_rows(scores):
+    """Each row of ``scores`` ``[n, columns]`` becomes its softmax, in place (-inf scores become 0);
+    like torch, each row is scaled by the reciprocal of its sum."""
+    n, columns = scores.shape
+    for i in range(n):
+        highest = -np.inf
+        for c in range(columns):
+            highest = max(highest, scores[i, c])
+        total = np.float32(0.0)
+        for c in range(columns):
+            scores[i, c] = np.exp(scores[i, c] - highest)
+            total += scores[i, c]
+        scale = np.float32(1.0) / total
+        for c in range(columns):
+            scores[i, c] *= scale
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+def _weigh_values(out, probabilities, values, start):
+    """``out[:, start:start + hd] = probabilities @ values[:columns]`` for ``probabilities`` ``[n,
+    columns]`` (C-contiguous) and a head's ``values`` ``[capacity, hd]``. A head of one kernel panel's
+    width (64) is a product on the vector kernel (its rows' sums stay in registers); others loop."""
+    n, columns = probabilities.shape
+    head_dim = values.shape[1]
+    if head_dim == vector_kernels.PANEL:
+        panel = values.reshape((1, values.shape[0], head_dim))
+        vector_kernels.panel_into(probabilities, panel, 0, _NO_BIAS, out, start)
+        return
+    for i in range(n):
+        for k in range(head_dim):
+            out[i, start + k] = 0.0
+        for c in range(columns):
+            p = probabilities[i, c]
+            for k in range(head_dim):
+                out[i, start + k] += p * values[c, k]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -95,26 +116,30 @@ def _self_attend_rows(qkv, keys, values, first, cache_rows, sees, chain, heads):
     for r in range(rows):
         row = cache_rows[r]
         for i in range(n):
+            column = first[r] + i
             for h in range(heads):
                 start = h * head_dim
-                keys[row, h, first[r] + i, :] = qkv[r, i, d + start:d + start + head_dim]
-                values[row, h, first[r] + i, :] = qkv[r, i, 2 * d + start:2 * d + start + head_dim]
-    out = np.zeros((rows, n, d), dtype=np.float32)
-    weights = np.empty(keys.shape[2], dtype=np.float32)
+                for k in range(head_dim):  # element by element: numba's slice assignment costs ~100 ns
+                    keys[row, h, column, k] = qkv[r, i, d + start + k]
+                    values[row, h, column, k] = qkv[r, i, 2 * d + start + k]
+    out = np.empty((rows, n, d), dtype=np.float32)
     for r in range(rows):
         row = cache_rows[r]
         columns = first[r] + n
-        for i in range(n):
-            for h in range(heads):
-                start = h * head_dim
+        scores = np.empty((n, columns), dtype=np.float32)
+        for h in range(heads):
+            start = h * head_dim
+            head_keys = keys[row, h]
+            for i in range(n):
                 q = qkv[r, i, start:start + head_dim]
                 for c in range(columns):
                     j = c - first[r]
                     if j >= 0 and (j > i if chain else not sees[r, i, j]):
-                        weights[c] = -np.inf
+                        scores[i, c] = -np.inf
                     else:
-                        weights[c] = _dot(q, keys[row, h, c])
-                _softmax_into(out[r, i, start:start + head_dim], weights, values[row, h], columns)
+                        scores[i, c] = _dot(q, head_keys[c])
+            _softmax_rows(scores)
+            _weigh_values(out[r], scores, values[row, h], start)
     return out
 
 
@@ -126,19 +151,21 @@ def _cross_attend_rows(q, enc_keys, enc_values, padding, padded, cache_rows, hea
     rows, n, d = q.shape
     head_dim = d // heads
     src = enc_keys.shape[2]
-    out = np.zeros((rows, n, d), dtype=np.float32)
-    weights = np.empty(src, dtype=np.float32)
+    out = np.empty((rows, n, d), dtype=np.float32)
+    scores = np.empty((n, src), dtype=np.float32)
     for r in range(rows):
         row = cache_rows[r]
-        for i in range(n):
-            for h in range(heads):
-                start = h * head_dim
+        for h in range(heads):
+            start = h * head_dim
+            head_keys = enc_keys[row, h]
+            for i in range(n):
                 for c in range(src):
                     if padded and padding[row, c]:
-                        weights[c] = -np.inf
+                        scores[i, c] = -np.inf
                     else:
-                        weights[c] = _dot(q[r, i, start:start + head_dim], enc_keys[row, h, c])
-                _softmax_into(out[r, i, start:start + head_dim], weights, enc_values[row, h], src)
+                        scores[i, c] = _dot(q[r, i, start:start + head_dim], head_keys[c])
+            _softmax_rows(scores)
+            _weigh_values(out[r], scores, enc_values[row, h], start)
     return out
 
 
@@ -309,3 +336,4 @@ class CompiledLayers(_CompiledWeights):
 
 
 _NO_TREE = np.zeros((0, 0, 0), dtype=np.bool_)
+_NO_BIAS = np.zeros(vector_kernels.PANEL, dtype=np.float32)

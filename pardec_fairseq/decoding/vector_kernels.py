@@ -97,7 +97,7 @@ _tile1, _tile2, _tile3, _tile4 = _tile(1), _tile(2), _tile(3), _tile(4)
 
 
 @numba.njit(cache=True, nogil=True)
-def _panel_into(x, panels, p, bias, out, c0):
+def panel_into(x, panels, p, bias, out, c0):
     """Every row of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``, in tiles of up to 4 rows (the
     panel stays in the second-level cache between them)."""
     rows = x.shape[0]
@@ -121,10 +121,10 @@ def product(x, panels, bias, columns):
     out = np.empty((x.shape[0], columns), dtype=np.float32)
     full = columns // PANEL
     for p in range(full):
-        _panel_into(x, panels, p, bias, out, p * PANEL)
+        panel_into(x, panels, p, bias, out, p * PANEL)
     if full < panels.shape[0]:  # the padded last panel goes through a scratch tile
         scratch = np.empty((x.shape[0], PANEL), dtype=np.float32)
-        _panel_into(x, panels, full, bias, scratch, 0)
+        panel_into(x, panels, full, bias, scratch, 0)
         out[:, full * PANEL:] = scratch[:, :columns - full * PANEL]
     return out
 
