@@ -9,7 +9,13 @@ import torch
 from pardec_fairseq.cli import ctranslate2_baseline
 from pardec_fairseq.cli.bench import (algorithm_variant, build_runs, edit_ratio, load_task_and_models, main,
                                       parse_args)
-from pardec_fairseq.cli.module_profile import PARTS, ModuleProfile
+from pardec_fairseq.cli.module_profile import ModuleProfile
+from pardec_fairseq.decoding import build_generator
+from pardec_fairseq.decoding.acceptance import ExactAcceptance
+from pardec_fairseq.decoding.drafters import NoDraft
+from pardec_fairseq.decoding.observers import PARTS
+from test_lossless_matches_fairseq import GENERATION_DEFAULTS
+from tiny import build_transformer, make_batch, make_dictionary
 
 
 def test_bench_reports_every_generator(toy_experiment, tmp_path, capsys):
@@ -135,25 +141,42 @@ def test_bench_gives_gad_its_drafter_and_each_variant_its_acceptance(toy_experim
     assert decoders["gad++:gad-top-beta=5,gad-tau=3.0"].acceptance.passes(torch.tensor([[5]]), lprobs).item()
 
 
-def test_module_profile_counts_nested_calls_once_and_leaves_the_objects_as_they_were():
-    class Part:
-        def outer(self):
-            time.sleep(0.05)
-            return self.inner()
+def test_the_profile_times_each_part_of_the_loop_as_an_observer():
+    """A drafter and an acceptance rule that take known time: each counts as its own part, the layers
+    and the projection the acceptance runs on demand count as theirs, the parts add up to the decoding
+    time, and the loop decodes as it does unwatched."""
+    pause = 0.01
 
-        def inner(self):
-            time.sleep(0.2)
-            return "done"
+    class SlowDrafter(NoDraft):
+        def propose(self, state):
+            time.sleep(pause)
+            return super().propose(state)
 
-    part = Part()
-    profile = ModuleProfile(torch.device("cpu"))
-    profile.wrap(part, "outer", "outer part")
-    profile.wrap(part, "inner", "inner part")
-    assert part.outer() == "done"
-    # the outer part's own time excludes the inner part's, which is counted once, as its own
-    assert 0.05 <= profile.seconds["outer part"] < 0.2 <= profile.seconds["inner part"]
-    profile.restore()
-    assert "outer" not in vars(part) and "inner" not in vars(part)
+    class SlowAcceptance(ExactAcceptance):
+        def accept(self, proposal, scores, cumulative_before):
+            time.sleep(pause)
+            return super().accept(proposal, scores, cumulative_before)
+
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=2, layers=2).eval()
+    batch = make_batch(dictionary, [[4, 5, 6, 7, 8], [9, 10]])
+    generation = argparse.Namespace(**dict(GENERATION_DEFAULTS, max_len_b=10))
+    generator = build_generator("greedy", [model], dictionary, generation, None, drafter=SlowDrafter(),
+                                acceptance=SlowAcceptance())
+    unwatched = generator.generate([model], batch)
+    profile = ModuleProfile()
+    with profile.installed(generator):
+        start = time.perf_counter()
+        watched = generator.generate([model], batch)
+        wall = time.perf_counter() - start
+    assert generator.decoder.observers == []
+    assert [h[0]["tokens"].tolist() for h in watched] == [h[0]["tokens"].tolist() for h in unwatched]
+    passes = max(len(h[0]["tokens"]) for h in watched)  # greedy: one pass per token of the longest output
+    seconds = profile.seconds
+    assert set(seconds) == set(PARTS) and all(seconds[part] > 0 for part in PARTS)
+    for part in ("drafter", "acceptance"):
+        assert passes * pause <= seconds[part] < passes * (pause + 0.005) + 0.05, part
+    assert 0.8 * wall < sum(seconds.values()) <= wall
 
 
 def test_algorithm_variants_name_their_options_or_fail_clearly():

@@ -16,6 +16,7 @@ from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
 from pardec_fairseq.decoding import build_generator
+from pardec_fairseq.decoding.observers import LoopObserver
 from pardec_fairseq.models.draft_head import DraftHead, DraftHeadModel, draft_head_architecture
 from test_lossless_matches_fairseq import (GENERATION_DEFAULTS, assert_same_hypotheses, fairseq_beam_one, plugin,
                                           sentences)
@@ -87,8 +88,7 @@ def test_training_sees_every_prefix_as_decoding_does(compiled):
     if not compiled:
         drafter.compiled = None
     generator = build_generator("greedy", [verifier], dictionary,
-                                argparse.Namespace(**dict(GENERATION_DEFAULTS, max_len_b=8)), None)
-    generator.decoder.drafter = drafter
+                                argparse.Namespace(**dict(GENERATION_DEFAULTS, max_len_b=8)), None, drafter=drafter)
     recorder = _SlotRecorder(drafter)
     generator.decoder.observers.append(recorder)
     assert generator.generate([verifier], batch)[row][0]["tokens"].tolist() == tokens.tolist()
@@ -97,7 +97,7 @@ def test_training_sees_every_prefix_as_decoding_does(compiled):
         assert torch.allclose(slots, features[0, t], atol=1e-5), t
 
 
-class _SlotRecorder:
+class _SlotRecorder(LoopObserver):
     """After each pass (before the drafter sees it), the slot features the drafter proposed from,
     for the batch's first sentence."""
 

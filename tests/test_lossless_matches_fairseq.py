@@ -41,11 +41,8 @@ def plugin(algorithm, models, dictionary, batch, decoding=None, drafter=None, ac
     """Decode with a plugin algorithm; ``drafter`` and ``acceptance`` replace its own (ones built in
     the test)."""
     generator = build_generator(algorithm, models, dictionary,
-                                argparse.Namespace(**dict(GENERATION_DEFAULTS, **generation)), decoding)
-    if drafter is not None:
-        generator.decoder.drafter = drafter
-    if acceptance is not None:
-        generator.decoder.acceptance = acceptance
+                                argparse.Namespace(**dict(GENERATION_DEFAULTS, **generation)), decoding,
+                                drafter=drafter, acceptance=acceptance)
     return generator.generate(models, batch), generator.stats
 
 

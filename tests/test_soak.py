@@ -50,11 +50,9 @@ def test_decoding_ten_thousand_sentences_keeps_memory_flat(algorithm):
     dictionary = make_dictionary(20)
     model = model_for(algorithm, dictionary, seed=3, layers=1, embed_dim=16).eval()
     generation = argparse.Namespace(**dict(GENERATION_DEFAULTS, max_len_b=12))
-    generator = build_generator("greedy" if algorithm in ("gad", "gad++", "retrieval") else algorithm, [model],
-                                dictionary, generation, DecodingConfig())
     drafter, acceptance = drafter_and_acceptance(algorithm, dictionary)
-    generator.decoder.drafter = drafter or generator.decoder.drafter
-    generator.decoder.acceptance = acceptance or generator.decoder.acceptance
+    generator = build_generator("greedy" if algorithm in ("gad", "gad++", "retrieval") else algorithm, [model],
+                                dictionary, generation, DecodingConfig(), drafter=drafter, acceptance=acceptance)
     rng = random.Random(0)
     batches = [make_batch(dictionary, [[rng.randrange(4, 24) for _ in range(rng.randint(1, 12))]
                                        for _ in range(BATCH)]) for _ in range(8)]

@@ -34,9 +34,10 @@ from fairseq.data import encoders
 from fairseq.sequence_generator import SequenceGenerator
 
 from pardec_fairseq.cli import ctranslate2_baseline
-from pardec_fairseq.cli.module_profile import PARTS, ModuleProfile
+from pardec_fairseq.cli.module_profile import ModuleProfile
 from pardec_fairseq.decoding import ALGORITHMS, build_generator
 from pardec_fairseq.decoding.config import DecodingConfig, decoding_config
+from pardec_fairseq.decoding.observers import PARTS
 from pardec_fairseq.decoding.stats import DecodingStats
 from pardec_fairseq.tasks.translation_pardec import TranslationPardecConfig, TranslationPardecTask
 
@@ -267,7 +268,7 @@ def decode_all(runs, models, batches, repetitions, device):
                         run.tokens[sentence_id] = sentence_hypos[0]["tokens"].tolist()
 
 
-def profile_modules(runs, models, batches, device):
+def profile_modules(runs, models, batches):
     """One untimed pass per plugin run through ``ModuleProfile``: seconds per part, by run name. The
     pass counts into fresh statistics, so the reported ones stay the first timed repetition's."""
     profiles = {}
@@ -276,7 +277,7 @@ def profile_modules(runs, models, batches, device):
             if run.threads is not None:
                 torch.set_num_threads(run.threads)
             run.generator.restart_stats()
-            profile = ModuleProfile(device)
+            profile = ModuleProfile()
             with profile.installed(run.generator):
                 for batch in batches:
                     run.generator.generate(models, batch)
@@ -529,7 +530,7 @@ def main(argv=None):
         runs = build_runs(task, models, args, converted if args.ctranslate2 and not ctranslate2_note else None)
         with torch.no_grad():
             decode_all(runs, models, batches, args.repetitions, device)
-            profiles = profile_modules(runs, models, batches, device) if args.profile else None
+            profiles = profile_modules(runs, models, batches) if args.profile else None
     rows = summarize(runs, args, task.target_dictionary)
     meta = {
         "date": time.strftime("%Y-%m-%d"),

@@ -25,6 +25,7 @@ import torch
 from pardec_fairseq.cli.bench import load_task_and_models, model_and_data_parser
 from pardec_fairseq.decoding import build_generator
 from pardec_fairseq.decoding.config import DecodingConfig
+from pardec_fairseq.decoding.observers import LoopObserver
 
 JACOBI_ALGORITHMS = ["jacobi", "gs-jacobi", "hybrid-jacobi"]
 
@@ -44,7 +45,7 @@ class Trace:
     iterates: List[Iterate] = field(default_factory=list)
 
 
-class JacobiTracer:
+class JacobiTracer(LoopObserver):
     """Records, for row 0, every iterate the verifier produced (an observer of the decoding loop)."""
 
     def __init__(self):
@@ -67,7 +68,7 @@ class LookaheadPass:
     origins: List[str]  # where each came from: "window", "pool" or "verifier"
 
 
-class LookaheadTracer:
+class LookaheadTracer(LoopObserver):
     """Records, for row 0, each lookahead pass (an observer of the decoding loop)."""
 
     def __init__(self, levels, window):

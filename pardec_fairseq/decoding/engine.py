@@ -5,7 +5,8 @@ continuations (``DraftTree``); one verifier pass scores each row's last accepted
 the acceptance rule keeps a prefix of the chain (a path of the tree) plus the verifier's own token;
 the cache is rolled back to what each row kept. Rows accept different
 numbers of tokens, and rows that end leave the batch, so a sentence's output does not depend on
-its batch. Statistics are counted here, once for every algorithm.
+its batch. Statistics are counted here, once for every algorithm; tools watch the loop through its
+observers (``observers``).
 """
 import math
 import time
@@ -15,6 +16,7 @@ from typing import List
 import torch
 from torch import Tensor
 
+from pardec_fairseq.decoding.observers import LoopObserver, PartClock
 from pardec_fairseq.decoding.proposals import DraftTree, Proposal, Verdict
 
 
@@ -97,9 +99,7 @@ class DraftVerifyDecoder:
     def __init__(self, verifier, drafter, acceptance, tgt_dict, options):
         self.verifier, self.drafter, self.acceptance, self.options = verifier, drafter, acceptance, options
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
-        # tools watch the loop through objects with ``after_pass(state, proposal, scores, verdict)``,
-        # called once the pass is accepted and before the output advances
-        self.observers = []
+        self.observers: List[LoopObserver] = []  # tools watching the loop (``observers``)
 
     def decode(self, sample, bos_token=None) -> List[DecodedSentence]:
         with torch.no_grad():
@@ -109,34 +109,51 @@ class DraftVerifyDecoder:
         start, verifier = time.perf_counter(), self.verifier
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
+        clock = PartClock(self.observers, src_tokens.device)  # its laps cost nothing unless an observer times parts
         max_len = self.options.max_len(src_tokens.size(1), verifier.max_decoder_positions())
         cache = verifier.start(net_input, max_len)
+        clock.lap("verifier layers")
         state = DecodingState.begin(src_tokens.size(0), max_len, self.eos if bos_token is None else bos_token,
                                     self.pad, src_tokens.device)
         self.drafter.begin(net_input, max_len, verifier.encoder_states(cache))
+        clock.lap("drafter")
         finished = [None] * src_tokens.size(0)
         while True:
             proposal = self._within_length_limit(self.drafter.propose(state), state, max_len)
             n = proposal.tokens.size(1) + 1
             tokens = state.last_tokens() if n == 1 else torch.cat([state.last_tokens(), proposal.tokens], 1)
+            clock.lap("drafter")
             scores = verifier.score(cache, tokens, state.lengths, max_len, DraftTree.of(proposal), on_demand=True)
+            clock.watch(scores)
             if self.drafter.reads_all_scores:
                 scores.all()
+            clock.lap("verifier layers")
             verdict = self.acceptance.accept(proposal, scores, state.last_cumulative())
+            clock.lap("acceptance")
             for observer in self.observers:
                 observer.after_pass(state, proposal, scores, verdict)
             verifier.rollback(cache, state.lengths, verdict.accepted + 1, n, verdict.path)
+            clock.lap("verifier layers")
             self.drafter.update(scores, verdict, state)
+            clock.lap("drafter")
             done, output_lengths = state.advance(proposal, verdict, self.eos)
-            if not bool(done.any()):
-                continue
-            self._finish(state, done, output_lengths, finished, time.perf_counter() - start)
-            keep = (~done).nonzero().squeeze(1)
-            if keep.numel() == 0:
+            going_on = not bool(done.any()) or self._rows_leave(state, done, output_lengths, finished,
+                                                                time.perf_counter() - start, cache)
+            clock.lap("engine")
+            clock.report()
+            if not going_on:
                 return finished
-            state.keep(keep)
-            verifier.keep_rows(cache, keep)
-            self.drafter.keep_rows(keep)
+
+    def _rows_leave(self, state, done, output_lengths, finished, seconds, cache) -> bool:
+        """The rows that ended leave the batch; whether any row goes on."""
+        self._finish(state, done, output_lengths, finished, seconds)
+        keep = (~done).nonzero().squeeze(1)
+        if keep.numel() == 0:
+            return False
+        state.keep(keep)
+        self.verifier.keep_rows(cache, keep)
+        self.drafter.keep_rows(keep)
+        return True
 
     @staticmethod
     def _within_length_limit(proposal: Proposal, state: DecodingState, max_len) -> Proposal:

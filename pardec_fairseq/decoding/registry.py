@@ -52,13 +52,18 @@ def build_verifier(kind, models, tgt_dict, options) -> Verifier:
     return FairseqVerifier(models, tgt_dict, options)
 
 
-def build_generator(algorithm, models, tgt_dict, generation_args, task_cfg, stats_path=None, src_dict=None):
+def build_generator(algorithm, models, tgt_dict, generation_args, task_cfg, stats_path=None, src_dict=None,
+                    drafter=None, acceptance=None):
+    """The generator of ``--gen-algo algorithm``; ``drafter``/``acceptance``: parts built in code (a
+    test's, a tool's) in place of the algorithm's own."""
     options = DecodingOptions.from_generation_args(generation_args, algorithm)
     cfg = decoding_config(task_cfg)
     registered = ALGORITHMS[algorithm]
     verifier = build_verifier(getattr(cfg.verifier, "value", cfg.verifier), models, tgt_dict, options)
-    acceptance = registered.build_acceptance(cfg)
-    drafter = registered.build_drafter(cfg, src_dict if src_dict is not None else tgt_dict, tgt_dict, models)
+    if acceptance is None:
+        acceptance = registered.build_acceptance(cfg)
+    if drafter is None:
+        drafter = registered.build_drafter(cfg, src_dict if src_dict is not None else tgt_dict, tgt_dict, models)
     if drafter.drafts_trees and isinstance(verifier, FairseqVerifier):
         raise ValueError(f"--gen-algo {algorithm} verifies several drafts per pass as a tree, which only --verifier "
                          f"fast scores: drop --verifier fairseq (or, for a model the fast path does not reproduce, "

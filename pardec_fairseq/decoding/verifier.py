@@ -150,6 +150,16 @@ class VerifierScores:
         self.later_layers = later_layers
         self.ready = steps.new_zeros(steps.size(0))  # on demand: positions whose layers ran, per row
         self.computed: Optional[Tensor] = None
+        self.timer: Optional[Callable[[], float]] = None
+        self.layer_seconds = self.projection_seconds = 0.0
+
+    def time_with(self, timer: Callable[[], float]):
+        """Time the layers and the projection run on demand from now on (``lazy_seconds``)."""
+        self.timer = timer
+
+    def lazy_seconds(self):
+        """Seconds spent so far running layers and projecting on demand (0 until ``time_with``)."""
+        return self.layer_seconds, self.projection_seconds
 
     def features_through(self, stop: int, rows: Optional[Tensor] = None) -> List[Tensor]:
         """Per model the decoder output of positions ``0 .. stop - 1`` of ``rows`` (all by default),
@@ -158,6 +168,7 @@ class VerifierScores:
             ready = self.ready if rows is None else self.ready[rows]
             start = int(ready.min())
             if start < stop:  # rows ahead of ``start`` run their positions again, to the same values
+                began = self.timer() if self.timer else 0.0
                 later = self.later_layers(start, stop, rows)
                 if self.features is None:
                     self.features = [x.new_empty(self.ready.numel(), self.positions, x.size(-1)) for x in later]
@@ -169,6 +180,8 @@ class VerifierScores:
                 ready.clamp_(min=stop)
                 if rows is not None:
                     self.ready[rows] = ready
+                if self.timer:
+                    self.layer_seconds += self.timer() - began
         return [x[:, :stop] if rows is None else x[rows, :stop] for x in self.features]
 
     def span(self, start: int, stop: int, rows: Optional[Tensor] = None, needed: Optional[Tensor] = None) -> Tensor:
@@ -180,12 +193,16 @@ class VerifierScores:
             computed = self.computed if rows is None else self.computed[rows]
             return computed[:, start:stop]
         features = [x[:, start:stop] for x in self.features_through(stop, rows)]
+        began = self.timer() if self.timer else 0.0
         steps = self.steps[:, start:stop] if rows is None else self.steps[rows, start:stop]
         if needed is None or bool(needed.all()):
-            return self.verifier.log_probs(features, steps, self.max_len)
-        projected = self.verifier.log_probs([x[needed] for x in features], steps[needed], self.max_len)
-        lprobs = projected.new_full((*needed.shape, projected.size(-1)), -math.inf)
-        lprobs[needed] = projected
+            lprobs = self.verifier.log_probs(features, steps, self.max_len)
+        else:
+            projected = self.verifier.log_probs([x[needed] for x in features], steps[needed], self.max_len)
+            lprobs = projected.new_full((*needed.shape, projected.size(-1)), -math.inf)
+            lprobs[needed] = projected
+        if self.timer:
+            self.projection_seconds += self.timer() - began
         return lprobs
 
     def hidden_states(self, model: int = 0) -> Tensor:
