@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from pardec_fairseq.cli import ctranslate2_baseline
-from pardec_fairseq.cli.bench import (algorithm_variant, build_runs, edit_ratio, load_task_and_models, main,
-                                      parse_args)
+from pardec_fairseq.cli.bench import main, parse_args
+from pardec_fairseq.cli.bench_metrics import edit_ratio
+from pardec_fairseq.cli.bench_runs import algorithm_variant, build_runs
+from pardec_fairseq.cli.loading import load_task_and_models
 from pardec_fairseq.cli.module_profile import ModuleProfile
 from pardec_fairseq.decoding import build_generator
 from pardec_fairseq.decoding.acceptance import ExactAcceptance

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from fairseq.sequence_generator import SequenceGenerator
 
-from pardec_fairseq.cli.bench import load_task_and_models, make_batches, model_and_data_parser
+from pardec_fairseq.cli.loading import load_task_and_models, make_batches, model_and_data_parser
 from pardec_fairseq.decoding.options import DecodingOptions
 
 

@@ -22,7 +22,7 @@ from typing import List
 
 import torch
 
-from pardec_fairseq.cli.bench import load_task_and_models, model_and_data_parser
+from pardec_fairseq.cli.loading import load_task_and_models, model_and_data_parser
 from pardec_fairseq.decoding import build_generator
 from pardec_fairseq.decoding.config import DecodingConfig
 from pardec_fairseq.decoding.observers import LoopObserver

@@ -14,7 +14,8 @@ from argparse import Namespace
 
 import torch
 
-from pardec_fairseq.cli.bench import hardware, load_task_and_models, model_and_data_parser
+from pardec_fairseq.cli.bench_report import hardware
+from pardec_fairseq.cli.loading import load_task_and_models, model_and_data_parser
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.registry import build_verifier
 

@@ -1,0 +1,60 @@
+"""Timing the benchmark's generators: interleaved repetitions over the same batches, and the
+profile's untimed pass."""
+import time
+
+import torch
+
+from pardec_fairseq.cli.module_profile import ModuleProfile
+from pardec_fairseq.decoding.observers import PARTS
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def decode_all(runs, models, batches, repetitions, device):
+    """Time every generator on every batch, interleaved, rotating which generator goes first.
+    Outputs and plugin statistics are kept from the first timed repetition."""
+    for run in runs:  # warm-up: first calls allocate caches and select kernels
+        if run.threads is not None:
+            torch.set_num_threads(run.threads)
+        run.generator.generate(models, batches[0])
+    for run in runs:
+        run.batch_seconds = [[] for _ in batches]
+    for repetition in range(repetitions):
+        for run in runs:
+            if run.plugin:
+                stats = run.generator.restart_stats()
+                if repetition == 0:
+                    run.stats = stats
+        for b, batch in enumerate(batches):
+            shift = (b + repetition) % len(runs)
+            for run in runs[shift:] + runs[:shift]:
+                if run.threads is not None:
+                    torch.set_num_threads(run.threads)
+                synchronize(device)
+                start = time.perf_counter()
+                hypos = run.generator.generate(models, batch)
+                synchronize(device)
+                run.batch_seconds[b].append(time.perf_counter() - start)
+                if repetition == 0:
+                    for sentence_id, sentence_hypos in zip(batch["id"].tolist(), hypos):
+                        run.tokens[sentence_id] = sentence_hypos[0]["tokens"].tolist()
+
+
+def profile_modules(runs, models, batches):
+    """One untimed pass per plugin run through ``ModuleProfile``: seconds per part, by run name. The
+    pass counts into fresh statistics, so the reported ones stay the first timed repetition's."""
+    profiles = {}
+    for run in runs:
+        if run.plugin:
+            if run.threads is not None:
+                torch.set_num_threads(run.threads)
+            run.generator.restart_stats()
+            profile = ModuleProfile()
+            with profile.installed(run.generator):
+                for batch in batches:
+                    run.generator.generate(models, batch)
+            profiles[run.name] = {part: profile.seconds[part] for part in PARTS}
+    return profiles
