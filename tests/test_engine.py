@@ -78,7 +78,8 @@ def test_long_accepted_drafts_and_uneven_rows_keep_the_greedy_output(seed, block
     expected = fairseq_beam_one([model], dictionary, collated, max_len_b=30)
     references = [h[0]["tokens"].tolist() for h in expected]
     drafter = ReferenceDrafter(references, block, noise, len(dictionary), seed)
-    actual, stats = run_engine([model], dictionary, collated, drafter, ExactAcceptance(chunk_range=(first_chunk, first_chunk)), max_len_b=30)
+    acceptance = ExactAcceptance(chunk_range=(first_chunk, first_chunk))
+    actual, stats = run_engine([model], dictionary, collated, drafter, acceptance, max_len_b=30)
     assert_same_hypotheses(expected, actual)
     if noise == 0.0:  # every drafted token is right: block + 1 tokens per pass
         assert stats.iterations == sum(math.ceil(len(r) / (block + 1)) for r in references)

@@ -97,10 +97,10 @@ class ExactAcceptance:
     positions across the batch (``chunk_range`` per row): one row's pass costs about the same for 1
     to 16 tokens (its weights are read once), a batch's grows with its positions. Only rows that
     matched every drafted token so far run the next chunk's layers (where the verifier runs them on
-    demand) and are projected onto the vocabulary, and only as far as their own draft goes. On a CPU a chunk is ranked by one compiled call that
-    stops at each row's first rejected position (``_rank_chain``: a UA-GEC IAD pass's ranking took a
-    dozen torch operations over every position's vocabulary); a row meeting a tied score on its way
-    is ranked by ``topk`` as before.
+    demand) and are projected onto the vocabulary, and only as far as their own draft goes. On a CPU
+    a chunk is ranked by one compiled call that stops at each row's first rejected position
+    (``_rank_chain``: a UA-GEC IAD pass's ranking took a dozen torch operations over every position's
+    vocabulary); a row meeting a tied score on its way is ranked by ``topk`` as before.
     """
 
     def __init__(self, first_positions=16, chunk_range=(4, 16)):

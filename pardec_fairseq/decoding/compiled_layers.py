@@ -181,16 +181,15 @@ def _activate(h, activation):
 
 
 @numba.njit(cache=True, nogil=True)
-def _pass_layers(x, first, cache_rows, sees, chain, keys, values, enc_keys, enc_values, enc_padding, padded, products, biases,
-                 widths, norms, eps, heads, normalize_before, cross_attention, activation):
+def _pass_layers(x, first, cache_rows, sees, chain, keys, values, enc_keys, enc_values, enc_padding, padded, products,
+                 biases, widths, norms, eps, heads, normalize_before, cross_attention, activation):
     """Every decoder layer of a pass, as ``DecoderLayer.forward``: ``x`` ``[rows, n, d]`` the new tokens'
     inputs, token ``i`` of row ``r`` written at buffer column ``first[r] + i`` of ``keys[l]``/
     ``values[l]`` ``[cache rows, heads, capacity, hd]`` at cache row ``cache_rows[r]`` and attending as
-    ``_self_attend_rows`` says. Per
-    layer ``l``: ``products[l]`` holds the packed weights of q/k/v, self-attention out,
-    encoder-attention q and out, fc1 and fc2 (``biases[l]`` theirs, ``widths[l]`` their output
-    widths), ``norms[l]`` ``[3 (weight, bias), 3 (self, encoder, ffn), d]``, ``eps[l]`` their
-    epsilons. Returns the last layer's output ``[rows, n, d]``."""
+    ``_self_attend_rows`` says. Per layer ``l``: ``products[l]`` holds the packed weights of q/k/v,
+    self-attention out, encoder-attention q and out, fc1 and fc2 (``biases[l]`` theirs, ``widths[l]``
+    their output widths), ``norms[l]`` ``[3 (weight, bias), 3 (self, encoder, ffn), d]``, ``eps[l]``
+    their epsilons. Returns the last layer's output ``[rows, n, d]``."""
     rows, n, d = x.shape
     flat = x.reshape((rows * n, d))
     for layer in range(len(keys)):
