@@ -11,6 +11,8 @@ from pardec_fairseq.decoding.observers import LoopObserver
 
 
 class ModuleProfile(LoopObserver):
+    """Seconds per part (``PARTS``), summed over every pass it watched."""
+
     times_parts = True
 
     def __init__(self):

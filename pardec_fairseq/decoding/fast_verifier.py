@@ -170,10 +170,10 @@ class FastVerifier(Verifier):
         steps, positions = self.steps_and_positions(tokens, first_index, tree)
 
         def layers(start: int, stop: int, rows: Optional[Tensor] = None) -> List[Tensor]:
-            own = (tokens, positions, first_index) if rows is None else \
+            row_tokens, row_positions, row_first = (tokens, positions, first_index) if rows is None else \
                 (tokens[rows], positions[rows], first_index[rows])
-            return [decoder.features(model_cache, own[0][:, start:stop], None if decoder.decoder.embed_positions is None
-                                     else own[1][:, start:stop], own[2] + start, tree, rows)
+            return [decoder.features(model_cache, row_tokens[:, start:stop], None if decoder.decoder.embed_positions
+                                     is None else row_positions[:, start:stop], row_first + start, tree, rows)
                     for decoder, model_cache in zip(self.fast_decoders, cache.caches)]
 
         if on_demand and tree is None:  # a tree's nodes are not in the order acceptance reads them
