@@ -10,6 +10,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 ACCEPTANCE_CHOICES = ChoiceEnum(["exact", "top-k", "top-beta", "distance"])
 IAD_REENTRY_CHOICES = ChoiceEnum(["unique", "nearest", "expected"])
 VERIFIER_CHOICES = ChoiceEnum(["fast", "fairseq"])
+REFINE_CHOICES = ChoiceEnum(["none", "ngram"])
 
 
 @dataclass
@@ -114,18 +115,43 @@ class DecodingConfig(FairseqDataclass):
     retrieval_occurrences: int = field(
         default=256, metadata={"help": "retrieval: occurrences of the matched suffix (an even sample when there "
                                "are more) among which the most frequent continuation is drafted"})
+    refine: REFINE_CHOICES = field(
+        default="none",
+        metadata={"help": "bpd: how drafts are chosen from the heads' lattice of their top --refine-top-k tokens "
+                  "per position (Kim et al. 2024). 'none': each head's top-1 (Stern et al.), or with "
+                  "--refine-drafts above 1 the paths the heads score best; 'ngram': by the heads' "
+                  "log-probabilities plus --refine-lm-weight x the scores of an n-gram model of "
+                  "--refine-corpus. Several drafts are verified together as a tree (needs --verifier fast)"},
+    )
+    refine_top_k: int = field(
+        default=4, metadata={"help": "bpd with --refine or --refine-drafts: candidates per drafted position"})
+    refine_drafts: int = field(
+        default=1, metadata={"help": "bpd: the best paths through the lattice verified per pass (P)"})
+    refine_lm_weight: float = field(
+        default=0.5, metadata={"help": "bpd --refine ngram: weight of the n-gram model's log-score beside the "
+                               "heads' log-probabilities"})
+    refine_ngram_order: int = field(
+        default=3, metadata={"help": "bpd --refine ngram: order of the n-gram model (stupid backoff over the "
+                             "corpus's counts)"})
+    refine_corpus: Optional[str] = field(
+        default=None,
+        metadata={"help": "bpd --refine ngram: prefix of a binarized split (PREFIX.bin/.idx, target dictionary) "
+                  "whose n-grams are counted, e.g. distilled outputs (default: the train split's target side "
+                  "in the data folder)"},
+    )
 
 
 def decoding_config(task_cfg) -> DecodingConfig:
     """The decoding options of a task config (dataclass, omegaconf or argparse), defaults for the
-    rest and for ``None``; the retrieval corpus defaults to the task's train split, target side."""
+    rest and for ``None``; the retrieval and refinement corpora default to the task's train split, target side."""
     defaults = DecodingConfig()
     cfg = DecodingConfig(**{
         f.name: getattr(task_cfg, f.name, getattr(defaults, f.name))
         for f in fields(DecodingConfig) if not f.name.startswith("_")
     })
-    if cfg.retrieval_corpus is None:
-        cfg.retrieval_corpus = train_target_prefix(task_cfg)
+    for corpus in ("retrieval_corpus", "refine_corpus"):
+        if getattr(cfg, corpus) is None:
+            setattr(cfg, corpus, train_target_prefix(task_cfg))
     return cfg
 
 

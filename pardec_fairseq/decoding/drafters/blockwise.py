@@ -3,16 +3,20 @@
 Combined scoring and proposal (Stern et al. section 4): the pass that verifies a block also runs
 the heads at every position, and the heads at the position that produced the verifier's own token
 propose the next block, heads 2..k predicting the k - 1 tokens after it. So after the first pass,
-which only runs the prefix, every iteration is one model call.
+which only runs the prefix, every iteration is one model call. With a ``LatticeRescoring`` the
+draft is chosen from the heads' top-k lattice instead of each head's top-1 (Kim et al. 2024).
 """
+from typing import Optional
+
 import torch
 
 from pardec_fairseq.decoding.drafters import Drafter
+from pardec_fairseq.decoding.drafters.refinement import Lattice, LatticeRescoring
 from pardec_fairseq.decoding.proposals import Proposal
 
 
 class BlockwiseHeadsDrafter(Drafter):
-    def __init__(self, decoder):
+    def __init__(self, decoder, refinement: Optional[LatticeRescoring] = None, top_k: int = 1):
         heads = getattr(decoder, "blockwise_heads", None)
         if heads is None:
             raise ValueError("--gen-algo bpd drafts with the heads of a blockwise_transformer model: train one with "
@@ -20,21 +24,36 @@ class BlockwiseHeadsDrafter(Drafter):
                              "--gen-algo for this checkpoint")
         if heads.heads < 2:
             raise ValueError("--gen-algo bpd needs a model with --block-heads 2 or more: head 1 is the verifier")
-        self.decoder = decoder
+        if top_k < 1:
+            raise ValueError(f"--refine-top-k must be at least 1 (got {top_k})")
+        self.decoder, self.refinement, self.top_k = decoder, refinement, top_k
+        self.drafts_trees = refinement is not None and refinement.drafts > 1
 
     def begin(self, net_input, max_len, encoded=None):
-        self.draft = net_input["src_tokens"].new_zeros(net_input["src_tokens"].size(0), 0)
+        src_tokens = net_input["src_tokens"]
+        self.draft = src_tokens.new_zeros(src_tokens.size(0), 0)
+        self.lattice = None
 
     def propose(self, state) -> Proposal:
+        if self.lattice is not None:
+            return self.refinement.propose(self.lattice, state)
         return Proposal(tokens=self.draft, lengths=torch.full_like(state.lengths, self.draft.size(1)))
 
     def update(self, scores, verdict, state):
-        """Heads 2..k where the verifier's own token came from (``verdict.accepted`` in the pass)."""
+        """Heads 2..k where the verifier's own token came from (pass position ``verdict.accepted``
+        of a chain, the end of the accepted path of a tree)."""
         features = scores.hidden_states(0)  # the first model of the verifier carries the heads
-        at = verdict.accepted.view(-1, 1, 1).expand(-1, 1, features.size(2))
-        h = features.gather(1, at).squeeze(1)
+        at = verdict.accepted.view(-1, 1)
+        if verdict.path is not None:
+            at = verdict.path.gather(1, at)
+        h = features.gather(1, at.unsqueeze(2).expand(-1, 1, features.size(2))).squeeze(1)
         logits = self.decoder.head_logits(h, list(range(1, self.decoder.blockwise_heads.heads)))
-        self.draft = torch.stack([head.argmax(-1) for head in logits], dim=1)
+        if self.refinement is None:
+            self.draft = torch.stack([head.argmax(-1) for head in logits], dim=1)
+        else:
+            self.lattice = Lattice.of(torch.stack(logits, dim=1), self.top_k)
 
     def keep_rows(self, rows):
         self.draft = self.draft[rows]
+        if self.lattice is not None:
+            self.lattice = Lattice(self.lattice.tokens[rows], self.lattice.scores[rows])

@@ -20,34 +20,14 @@ import os
 
 import numpy as np
 import torch
-from fairseq.data import data_utils
 
 from pardec_fairseq.decoding.drafters import Drafter
+from pardec_fairseq.decoding.drafters.corpus import corpus_text, missing_corpus
 from pardec_fairseq.decoding.proposals import Proposal
 
 logger = logging.getLogger(__name__)
 
 INDEX_FORMAT = 1  # bump when the cached arrays change meaning
-
-
-def missing_corpus(prefix):
-    return (f"--gen-algo retrieval drafts from target-side text and found no binarized split at {prefix} "
-            f"(.bin/.idx): binarize one with fairseq-preprocess or pass --retrieval-corpus PREFIX")
-
-
-def corpus_text(prefix, dictionary) -> np.ndarray:
-    """The binarized split at ``prefix`` (``.bin``/``.idx``) as one int32 sequence: EOS, then each
-    sentence with its EOS."""
-    dataset = data_utils.load_indexed_dataset(prefix, dictionary)
-    if dataset is None:
-        raise FileNotFoundError(missing_corpus(prefix))
-    eos = np.array([dictionary.eos()], dtype=np.int32)
-    sentences = [dataset[i].numpy().astype(np.int32) for i in range(len(dataset))]
-    text = np.concatenate([eos] + [s if s.size and s[-1] == eos[0] else np.append(s, eos) for s in sentences])
-    if int(text.max()) >= len(dictionary):
-        raise ValueError(f"the retrieval corpus {prefix} has token ids up to {int(text.max())}, beyond the "
-                         f"target dictionary's {len(dictionary)}: binarize it with the model's dictionary")
-    return text
 
 
 class SuffixIndex:
@@ -73,13 +53,13 @@ class SuffixIndex:
         (rebuilt when the split's ``.bin`` changes; loaded without pickle)."""
         cache, source = f"{prefix}.suffix-index.npz", f"{prefix}.bin"
         if not os.path.exists(source):
-            raise FileNotFoundError(missing_corpus(prefix))
+            raise FileNotFoundError(missing_corpus(prefix, "--retrieval-corpus"))
         stamp = np.array([INDEX_FORMAT, *_file_stamp(source)], dtype=np.int64)
         if os.path.exists(cache):
             with np.load(cache, allow_pickle=False) as stored:
                 if np.array_equal(stored["stamp"], stamp):
                     return cls(stored["text"], stored["suffixes"], key_tokens)
-        index = cls.build(corpus_text(prefix, dictionary), key_tokens)
+        index = cls.build(corpus_text(prefix, dictionary, "--retrieval-corpus"), key_tokens)
         try:
             np.savez(cache, stamp=stamp, text=index.text, suffixes=index.suffixes)
         except OSError as error:
