@@ -4,20 +4,39 @@ import argparse
 import itertools
 import math
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
+from fairseq.models.transformer_lm import TransformerLanguageModel, base_lm_architecture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pardec_fairseq.decoding import DecodingConfig, build_generator
 from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
+from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
 from pardec_fairseq.decoding.drafters.ngram_lm import NgramLM
-from pardec_fairseq.decoding.drafters.refinement import Lattice, LatticeRescoring, tree_of_paths
+from pardec_fairseq.decoding.drafters.refinement import Lattice, LatticeRescoring, LocalNeuralRescoring, tree_of_paths
+from conftest import USER_DIR, run_fairseq
+from test_blockwise import BLOCKWISE, hypotheses
+from test_draft_head import build_head
 from test_lossless_matches_fairseq import (GENERATION_DEFAULTS, assert_same_hypotheses, fairseq_beam_one, model_for,
                                            plugin, sentences)
 from test_retrieval import EOS, State, corpus, write_split
-from tiny import make_batch, make_dictionary
+from test_scripts import run_script
+from tiny import build_transformer, make_batch, make_dictionary
+
+
+def tiny_lm(dictionary, seed=0, max_positions=64):
+    """A random fairseq ``transformer_lm``."""
+    args = argparse.Namespace(decoder_layers=1, decoder_embed_dim=16, decoder_attention_heads=2,
+                              decoder_ffn_embed_dim=32, tokens_per_sample=max_positions,
+                              max_target_positions=max_positions, dropout=0.0, share_decoder_input_output_embed=True)
+    base_lm_architecture(args)
+    torch.manual_seed(seed)
+    return TransformerLanguageModel.build_model(args, SimpleNamespace(source_dictionary=dictionary,
+                                                                      target_dictionary=dictionary)).eval()
 
 
 def test_the_ngram_model_backs_off_to_the_longest_context_seen():
@@ -40,12 +59,12 @@ def test_rescoring_repairs_a_repeated_draft():
     lm = NgramLM(corpus([6, 7, 8], [6, 7, 9], [7, 8]), order=2, vocab_size=20)
     lattice = Lattice(torch.tensor([[[7, 8], [7, 8]]]), torch.log(torch.tensor([[[0.6, 0.4], [0.55, 0.45]]])))
     state = State([[6]])
-    plain = LatticeRescoring(drafts=1).propose(lattice, state)
+    plain = LatticeRescoring(2, drafts=1).propose(lattice, state)
     assert plain.tokens.tolist() == [[7, 7]]
-    refined = LatticeRescoring(drafts=1, lm=lm, weight=1.0).propose(lattice, state)
+    refined = LatticeRescoring(2, drafts=1, lm=lm, weight=1.0).propose(lattice, state)
     assert refined.tokens.tolist() == [[7, 8]] and refined.lengths.tolist() == [2] and refined.parents is None
     # two drafts: 7 8, then 7 7 (8 after 6 and 7 after 8 were never seen), sharing their first node
-    both = LatticeRescoring(drafts=2, lm=lm, weight=1.0).propose(lattice, state)
+    both = LatticeRescoring(2, drafts=2, lm=lm, weight=1.0).propose(lattice, state)
     assert both.tokens.tolist() == [[7, 8, 7]] and both.parents.tolist() == [[0, 1, 1]]
     assert both.lengths.tolist() == [3]
 
@@ -81,7 +100,7 @@ def test_the_search_returns_the_best_paths_of_the_lattice(data, rows, positions,
     """Against enumerating every path: the scores of the paths found are the best ones, best first."""
     generator = np.random.default_rng(seed)
     text = corpus(*[list(generator.integers(4, 9, size=generator.integers(1, 8))) for _ in range(6)])
-    rescoring = LatticeRescoring(drafts, NgramLM(text, order, 20) if with_lm else None, weight)
+    rescoring = LatticeRescoring(k, drafts, NgramLM(text, order, 20) if with_lm else None, weight)
     tokens = np.stack([np.stack([generator.permutation(np.arange(4, 10))[:k] for _ in range(positions)])
                        for _ in range(rows)])
     scores = np.log(generator.dirichlet(np.ones(k), size=(rows, positions)))
@@ -111,7 +130,7 @@ def test_refined_bpd_equals_fairseq_greedy_of_head_one(seed, block_heads, zero_h
     generator = np.random.default_rng(seed)
     text = corpus(*[list(generator.integers(4, 24, size=generator.integers(1, 10))) for _ in range(20)])
     lm = NgramLM(text, order, len(dictionary)) if with_lm else None
-    drafter = BlockwiseHeadsDrafter(model.decoder, LatticeRescoring(drafts, lm, weight), top_k)
+    drafter = BlockwiseHeadsDrafter(model.decoder, LatticeRescoring(top_k, drafts, lm, weight))
     expected = fairseq_beam_one([model], dictionary, collated, max_len_b=max_len_b)
     actual, stats = plugin("bpd", [model], dictionary, collated, drafter=drafter, max_len_b=max_len_b)
     assert_same_hypotheses(expected, actual)
@@ -143,3 +162,88 @@ def test_refine_options_build_the_refined_drafter_and_name_what_is_missing(tmp_p
     with pytest.raises(ValueError, match="--refine-top-k"):
         build_generator("bpd", [model], dictionary, generation,
                         DecodingConfig(refine="ngram", refine_corpus=prefix, refine_top_k=0))
+
+
+def test_local_neural_rescoring_picks_by_the_language_model_given_the_draft_so_far():
+    dictionary = make_dictionary(20)
+    lm = tiny_lm(dictionary, seed=1)
+    state = State([[5, 6, 7], [8], [9, 10, 11, 12, 4]])  # rows of different lengths: padded on the left
+    lattice = Lattice(torch.tensor([[[4, 5, 6]] * 3] * 3), torch.log(torch.tensor([[[0.5, 0.3, 0.2]] * 3] * 3)))
+    with torch.no_grad():
+        plain = LocalNeuralRescoring(3, lm, 0.0, dictionary.pad()).propose(lattice, state)
+        assert plain.tokens.tolist() == [[4, 4, 4]] * 3 and plain.lengths.tolist() == [3] * 3
+        rescored = LocalNeuralRescoring(3, lm, 100.0, dictionary.pad()).propose(lattice, state)
+        # the language model's own choice among the candidates, word by word, each row as if alone
+        for row, output in enumerate([[5, 6, 7], [8], [9, 10, 11, 12, 4]]):
+            history = [dictionary.eos()] + output
+            for j in range(3):
+                logits, _ = lm(torch.tensor([history]))
+                history.append(4 + int(logits[0, -1, 4:7].argmax()))
+            assert rescored.tokens[row].tolist() == history[-3:]
+        # an output longer than the model's positions is read through its latest ones
+        short = LocalNeuralRescoring(3, tiny_lm(dictionary, seed=1, max_positions=4), 1.0, dictionary.pad())
+        assert short.propose(lattice, state).tokens.shape == (3, 3)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), block_heads=st.integers(2, 5), zero_heads=st.booleans(),
+       eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
+       top_k=st.integers(1, 4), weight=st.sampled_from([0.5, 2.0]))
+def test_neural_refined_bpd_equals_fairseq_greedy_of_head_one(seed, block_heads, zero_heads, eos_bias, batch,
+                                                              max_len_b, batch_of, top_k, weight):
+    dictionary = make_dictionary(20)
+    model = model_for("bpd", dictionary, block_heads, zero_heads, seed=seed, layers=2, eos_bias=eos_bias)
+    collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
+    rescoring = LocalNeuralRescoring(top_k, tiny_lm(dictionary, seed=seed, max_positions=16), weight, dictionary.pad())
+    drafter = BlockwiseHeadsDrafter(model.decoder, rescoring)
+    expected = fairseq_beam_one([model], dictionary, collated, max_len_b=max_len_b)
+    actual, _ = plugin("bpd", [model], dictionary, collated, drafter=drafter, max_len_b=max_len_b)
+    assert_same_hypotheses(expected, actual)
+
+
+def test_fairseq_generate_with_refined_drafts_reproduces_beam_one(toy_experiment, toy_drafter, tmp_path):
+    """The recipe's steps on toy data: blockwise heads, the rescoring language model trained by its
+    script, then ``fairseq-generate --gen-algo bpd --refine ...`` at batch sizes 1 and 16."""
+    data, save = toy_experiment["data"], tmp_path / "blockwise"
+    run_fairseq("train", data, "--user-dir", USER_DIR, "--task", "translation_pardec", *BLOCKWISE, "--block-heads", 3,
+                "--criterion", "blockwise_cross_entropy", "--max-update", 6, "--save-dir", save)
+    output = run_script("train_rescoring_lm.sh", data, tmp_path / "lm", "-s", "src", "-t", "tgt", "--layers", 1,
+                        "--embed-dim", 64, "--", "--max-update", 3)
+    assert "valid on" in output
+    generate = ("generate", data, "--user-dir", USER_DIR, "--task", "translation_pardec", "--path",
+                save / "checkpoint_last.pt")
+    reference = hypotheses(run_fairseq(*generate, "--beam", 1, "--batch-size", 8))
+    assert len(reference) == 100
+    lm = tmp_path / "lm" / "checkpoint_best.pt"
+    for options in (["--refine", "ngram", "--refine-drafts", 3, "--refine-top-k", 3],
+                    ["--refine", "neural", "--refine-lm-path", lm, "--refine-lm-weight", 1.0]):
+        for batch_size in (1, 16):
+            assert hypotheses(run_fairseq(*generate, "--gen-algo", "bpd", *options, "--batch-size", batch_size)) \
+                == reference
+    with pytest.raises(AssertionError, match="not a language model"):
+        run_fairseq(*generate, "--gen-algo", "bpd", "--refine", "neural", "--refine-lm-path", save / "checkpoint_last.pt")
+    with pytest.raises(AssertionError, match="block_nat drafter's drafts are not refined"):
+        run_fairseq("generate", data, "--user-dir", USER_DIR, "--task", "translation_pardec", "--path",
+                    toy_experiment["checkpoint"], "--gen-algo", "gad", "--drafter-path", toy_drafter["checkpoint"],
+                    "--refine", "ngram")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), block_size=st.integers(1, 5), eos_bias=st.floats(-2.0, 3.0), batch=sentences,
+       max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6), top_k=st.integers(1, 4), drafts=st.integers(1, 3),
+       neural=st.booleans())
+def test_a_draft_head_refined_from_its_slots_lattice_equals_fairseq_greedy(seed, block_size, eos_bias, batch,
+                                                                           max_len_b, batch_of, top_k, drafts, neural):
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias)
+    collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
+    if neural:
+        refinement = LocalNeuralRescoring(top_k, tiny_lm(dictionary, seed=seed), 1.0, dictionary.pad())
+    else:
+        text = corpus(*[list(np.random.default_rng(seed).integers(4, 24, size=8)) for _ in range(10)])
+        refinement = LatticeRescoring(top_k, drafts, NgramLM(text, 3, len(dictionary)), 0.5)
+    drafter = DraftHeadDrafter(build_head(verifier, block_size, 1, seed + 1).eval(), refinement)
+    assert drafter.drafts_trees == (not neural and drafts > 1)
+    expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
+    actual, _ = plugin("greedy", [verifier], dictionary, collated, max_len_b=max_len_b, drafter=drafter)
+    assert_same_hypotheses(expected, actual)

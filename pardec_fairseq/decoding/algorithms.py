@@ -1,8 +1,9 @@
 """The plugin's algorithms, each a drafter registered under its ``--gen-algo`` name: greedy,
 input-guided aggressive decoding and the Jacobi family need no extra training; blockwise parallel
 decoding drafts with the heads of a ``blockwise_transformer`` (refined from their top-k lattice
-by an n-gram model, Kim et al.), generalized aggressive decoding with
-a trained ``block_nat`` drafter or a ``draft_head`` riding on the verifier (GAD++: the same
+by an n-gram or a small neural language model, Kim et al.), generalized aggressive decoding with
+a trained ``block_nat`` drafter or a ``draft_head`` riding on the verifier (refined as bpd's
+heads are; GAD++: the same
 drafters, accepting by top-beta within tau);
 lookahead decoding verifies the n-grams its Jacobi window produced; retrieval drafting continues
 the output as target-side text of a corpus did."""
@@ -15,8 +16,7 @@ from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
 from pardec_fairseq.decoding.drafters.input_copy import InputCopyDrafter
 from pardec_fairseq.decoding.drafters.jacobi import JacobiDrafter
 from pardec_fairseq.decoding.drafters.lookahead import LookaheadDrafter
-from pardec_fairseq.decoding.drafters.ngram_lm import NgramLM
-from pardec_fairseq.decoding.drafters.refinement import LatticeRescoring
+from pardec_fairseq.decoding.drafters.refinement import draft_refinement
 from pardec_fairseq.decoding.drafters.retrieval import RetrievalDrafter, SuffixIndex
 from pardec_fairseq.decoding.registry import register_algorithm
 
@@ -59,26 +59,21 @@ def hybrid_jacobi(cfg, src_dict, tgt_dict, models):
 
 @register_algorithm("bpd")
 def blockwise_parallel_decoding(cfg, src_dict, tgt_dict, models):
-    refine = getattr(cfg.refine, "value", cfg.refine)
-    if refine == "none" and cfg.refine_drafts == 1:
-        return BlockwiseHeadsDrafter(models[0].decoder)
-    lm = None
-    if refine == "ngram":
-        if cfg.refine_corpus is None:
-            raise ValueError("--refine ngram counts the n-grams of target-side text: pass --refine-corpus PREFIX "
-                             "of a binarized split (the task's data folder has no language pair to find its "
-                             "train split)")
-        lm = NgramLM.for_corpus(cfg.refine_corpus, tgt_dict, cfg.refine_ngram_order)
-    return BlockwiseHeadsDrafter(models[0].decoder, LatticeRescoring(cfg.refine_drafts, lm, cfg.refine_lm_weight),
-                                 cfg.refine_top_k)
+    decoder = models[0].decoder
+    return BlockwiseHeadsDrafter(decoder, draft_refinement(cfg, tgt_dict, next(decoder.parameters())))
 
 
 @register_algorithm("gad")
 def generalized_aggressive_decoding(cfg, src_dict, tgt_dict, models):
     """The checkpoint of ``--drafter-path`` says which drafter it is."""
     state, arch = load_drafter_checkpoint(cfg.drafter_path)
+    refinement = draft_refinement(cfg, tgt_dict, next(models[0].parameters()))
     if arch == "draft_head":
-        return DraftHeadDrafter.from_state(cfg.drafter_path, state, src_dict, tgt_dict, models[0])
+        return DraftHeadDrafter.from_state(cfg.drafter_path, state, src_dict, tgt_dict, models[0], refinement)
+    if refinement is not None:
+        raise ValueError("--refine and --refine-drafts choose drafts from the lattice of a drafter's top-k tokens "
+                         "per position: bpd's heads or a draft_head (--drafter-path); a block_nat drafter's "
+                         "drafts are not refined, so drop them")
     return NATBlockDrafter.from_state(cfg.drafter_path, state, arch, src_dict, tgt_dict, models[0])
 
 

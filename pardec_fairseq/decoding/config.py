@@ -10,7 +10,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 ACCEPTANCE_CHOICES = ChoiceEnum(["exact", "top-k", "top-beta", "distance"])
 IAD_REENTRY_CHOICES = ChoiceEnum(["unique", "nearest", "expected"])
 VERIFIER_CHOICES = ChoiceEnum(["fast", "fairseq"])
-REFINE_CHOICES = ChoiceEnum(["none", "ngram"])
+REFINE_CHOICES = ChoiceEnum(["none", "ngram", "neural"])
 
 
 @dataclass
@@ -121,15 +121,18 @@ class DecodingConfig(FairseqDataclass):
                   "per position (Kim et al. 2024). 'none': each head's top-1 (Stern et al.), or with "
                   "--refine-drafts above 1 the paths the heads score best; 'ngram': by the heads' "
                   "log-probabilities plus --refine-lm-weight x the scores of an n-gram model of "
-                  "--refine-corpus. Several drafts are verified together as a tree (needs --verifier fast)"},
+                  "--refine-corpus, the --refine-drafts best paths; 'neural': position by position, by the "
+                  "heads' log-probabilities plus --refine-lm-weight x those of the target-side language model "
+                  "of --refine-lm-path given the draft so far (one draft). Several drafts are verified "
+                  "together as a tree (needs --verifier fast)"},
     )
     refine_top_k: int = field(
         default=4, metadata={"help": "bpd with --refine or --refine-drafts: candidates per drafted position"})
     refine_drafts: int = field(
         default=1, metadata={"help": "bpd: the best paths through the lattice verified per pass (P)"})
     refine_lm_weight: float = field(
-        default=0.5, metadata={"help": "bpd --refine ngram: weight of the n-gram model's log-score beside the "
-                               "heads' log-probabilities"})
+        default=0.5, metadata={"help": "bpd --refine ngram/neural: weight of the language model's log-score "
+                               "beside the heads' log-probabilities"})
     refine_ngram_order: int = field(
         default=3, metadata={"help": "bpd --refine ngram: order of the n-gram model (stupid backoff over the "
                              "corpus's counts)"})
@@ -138,6 +141,12 @@ class DecodingConfig(FairseqDataclass):
         metadata={"help": "bpd --refine ngram: prefix of a binarized split (PREFIX.bin/.idx, target dictionary) "
                   "whose n-grams are counted, e.g. distilled outputs (default: the train split's target side "
                   "in the data folder)"},
+    )
+
+    refine_lm_path: Optional[str] = field(
+        default=None,
+        metadata={"help": "bpd --refine neural: checkpoint of a fairseq transformer_lm of the target side in the "
+                  "verifier's target dictionary (scripts/train_rescoring_lm.sh)"},
     )
 
 

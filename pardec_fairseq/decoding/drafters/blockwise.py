@@ -6,17 +6,17 @@ propose the next block, heads 2..k predicting the k - 1 tokens after it. So afte
 which only runs the prefix, every iteration is one model call. With a ``LatticeRescoring`` the
 draft is chosen from the heads' top-k lattice instead of each head's top-1 (Kim et al. 2024).
 """
-from typing import Optional
-
 import torch
 
 from pardec_fairseq.decoding.drafters import Drafter
-from pardec_fairseq.decoding.drafters.refinement import Lattice, LatticeRescoring
+from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.proposals import Proposal
 
 
 class BlockwiseHeadsDrafter(Drafter):
-    def __init__(self, decoder, refinement: Optional[LatticeRescoring] = None, top_k: int = 1):
+    def __init__(self, decoder, refinement=None):
+        """``refinement``: a ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from
+        the heads' top-k lattice (``None``: each head's top-1)."""
         heads = getattr(decoder, "blockwise_heads", None)
         if heads is None:
             raise ValueError("--gen-algo bpd drafts with the heads of a blockwise_transformer model: train one with "
@@ -24,9 +24,7 @@ class BlockwiseHeadsDrafter(Drafter):
                              "--gen-algo for this checkpoint")
         if heads.heads < 2:
             raise ValueError("--gen-algo bpd needs a model with --block-heads 2 or more: head 1 is the verifier")
-        if top_k < 1:
-            raise ValueError(f"--refine-top-k must be at least 1 (got {top_k})")
-        self.decoder, self.refinement, self.top_k = decoder, refinement, top_k
+        self.decoder, self.refinement = decoder, refinement
         self.drafts_trees = refinement is not None and refinement.drafts > 1
 
     def begin(self, net_input, max_len, encoded=None):
@@ -51,7 +49,7 @@ class BlockwiseHeadsDrafter(Drafter):
         if self.refinement is None:
             self.draft = torch.stack([head.argmax(-1) for head in logits], dim=1)
         else:
-            self.lattice = Lattice.of(torch.stack(logits, dim=1), self.top_k)
+            self.lattice = Lattice.of(torch.stack(logits, dim=1), self.refinement.top_k)
 
     def keep_rows(self, rows):
         self.draft = self.draft[rows]

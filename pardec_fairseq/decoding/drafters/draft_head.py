@@ -6,7 +6,8 @@ from a buffer per layer (each state projected once, in the pass that computed it
 row's own columns as the verifier's cache is) and the slots' own, all slots seeing each other; the
 encoder attention reads keys and values of the verifier's encoder states (once per batch). So a
 proposal is one pass of the fast path's layers (on a CPU one compiled call) over ``k`` slots: no
-encoder, no re-run over the prefix. The head only changes speed: exact acceptance keeps the
+encoder, no re-run over the prefix; the draft is each slot's top-1 or, with a refinement, chosen
+from the slots' top-k lattice as bpd's heads' drafts are. The head only changes speed: exact acceptance keeps the
 verifier's greedy output whatever it drafts.
 """
 import torch
@@ -18,6 +19,7 @@ from pardec_fairseq.decoding.drafters import Drafter
 from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
 from pardec_fairseq.decoding.fast_ops import Norm, Product
 from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, run_layers
+from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, same_fingerprint,
                                               verifier_fingerprint)
@@ -41,9 +43,13 @@ class _Layers:
 
 
 class DraftHeadDrafter(Drafter):
-    def __init__(self, model: DraftHeadModel):
-        """Drafts with ``model``'s head re-laid (the model is left as it is)."""
+    def __init__(self, model: DraftHeadModel, refinement=None):
+        """Drafts with ``model``'s head re-laid (the model is left as it is); ``refinement``: a
+        ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from the slots' top-k
+        lattice (``None``: each slot's top-1)."""
         head, self.verifier = model.head, model.verifier
+        self.refinement = refinement
+        self.drafts_trees = refinement is not None and refinement.drafts > 1
         self.block_size, self.final_norm = head.block_size, head.final_norm
         with torch.no_grad():
             self.layers = [relaid(layer) for layer in head.layers]
@@ -56,7 +62,7 @@ class DraftHeadDrafter(Drafter):
         self.compiled = CompiledLayers(layers) if compiles(layers) else None
 
     @classmethod
-    def from_state(cls, path, state, src_dict, tgt_dict, verifier):
+    def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None):
         saved = state.get("task_state", {})
         check_dictionaries(path, saved, src_dict, tgt_dict)
         if not same_fingerprint(saved.get("verifier_fingerprint", []), verifier_fingerprint(verifier)):
@@ -70,7 +76,7 @@ class DraftHeadDrafter(Drafter):
         model = DraftHeadModel(head, verifier)
         model.load_state_dict(state["model"], strict=True, model_cfg=args)
         parameter = next(verifier.parameters())
-        return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval())
+        return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement)
 
     def begin(self, net_input, max_len, encoded=None):
         if encoded is None or encoded[0] is None:
@@ -87,8 +93,10 @@ class DraftHeadDrafter(Drafter):
         self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
 
     def propose(self, state) -> Proposal:
-        draft = self.output_layer(self.slot_features(state)).argmax(-1)
-        return Proposal(tokens=draft, lengths=torch.full_like(state.lengths, self.block_size))
+        logits = self.output_layer(self.slot_features(state))
+        if self.refinement is not None:
+            return self.refinement.propose(Lattice.of(logits, self.refinement.top_k), state)
+        return Proposal(tokens=logits.argmax(-1), lengths=torch.full_like(state.lengths, self.block_size))
 
     def slot_features(self, state):
         """``[rows, k, d]``: the head's output for the next ``k`` tokens after the accepted output."""
