@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Train the small target-side language model of bpd --refine neural (Kim et al. 2024's local neural
-# rescoring): fairseq's transformer_lm on the target side of a translation split, in the translation
-# model's target dictionary (so its token ids are the verifier's).
+# rescoring): fairseq's transformer_lm on the target side of a translation data folder, one sentence
+# per sample read after EOS (the plugin's task target_language_modeling), in the translation model's
+# target dictionary (so its token ids are the verifier's).
 #   scripts/train_rescoring_lm.sh DATA_BIN SAVE_DIR -s SRC -t TGT [--minutes M] [--layers L]
 #                                 [--embed-dim D] [--max-tokens N] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
 # DATA_BIN: binarized with the verifier's dictionaries (its train and valid splits' target sides are
@@ -32,21 +33,16 @@ for split in train valid; do
   [ -f "$data/$split.$src-$tgt.$tgt.bin" ] || { echo "train_rescoring_lm.sh: $data/$split.$src-$tgt.$tgt.bin not found (binarize the data first)" >&2; exit 1; }
 done
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-mkdir -p "$save/data"
+mkdir -p "$save"
 if [ -f "$save/.trained" ]; then
   echo "train_rescoring_lm.sh: reusing the model in $save (delete $save/.trained to train again)"
   exit 0
 fi
-# fairseq's language_modeling task reads DATA/dict.txt and DATA/SPLIT.{bin,idx}: the target side as it is
-data=$(cd "$data" && pwd)
-ln -sf "$data/dict.$tgt.txt" "$save/data/dict.txt"
-for split in train valid; do
-  for ext in bin idx; do ln -sf "$data/$split.$src-$tgt.$tgt.$ext" "$save/data/$split.$ext"; done
-done
-args=("$save/data" --task language_modeling --arch transformer_lm --decoder-layers "$layers"
+args=("$data" --user-dir "$root/pardec_fairseq" --task target_language_modeling -s "$src" -t "$tgt"
+  --arch transformer_lm --decoder-layers "$layers"
   --decoder-embed-dim "$embed_dim" --decoder-ffn-embed-dim $((4 * embed_dim))
   --decoder-attention-heads $((embed_dim / 64)) --decoder-normalize-before --share-decoder-input-output-embed
-  --sample-break-mode eos --tokens-per-sample 256 --dropout 0.1 --criterion cross_entropy
+  --tokens-per-sample 256 --skip-invalid-size-inputs-valid-test --dropout 0.1 --criterion cross_entropy
   --optimizer adam --adam-betas "(0.9,0.98)" --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 200
   --max-tokens "$max_tokens" --max-epoch 100 --stop-time-hours "$(python3 -c "print($minutes / 60)")"
   --save-dir "$save" --no-epoch-checkpoints --log-format simple --log-interval 10 --num-workers 0 --seed 1

@@ -131,7 +131,7 @@ class DecodingConfig(FairseqDataclass):
     refine_drafts: int = field(
         default=1, metadata={"help": "bpd: the best paths through the lattice verified per pass (P)"})
     refine_lm_weight: float = field(
-        default=0.5, metadata={"help": "bpd --refine ngram/neural: weight of the language model's log-score "
+        default=1.0, metadata={"help": "bpd --refine ngram/neural: weight of the language model's log-score "
                                "beside the heads' log-probabilities"})
     refine_ngram_order: int = field(
         default=3, metadata={"help": "bpd --refine ngram: order of the n-gram model (stupid backoff over the "

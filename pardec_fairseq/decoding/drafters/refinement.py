@@ -202,10 +202,13 @@ def load_rescoring_lm(path, tgt_dict, like: Tensor):
                          f"with --refine-lm-path (trained by scripts/train_rescoring_lm.sh); got {path!r}")
     state = checkpoint_utils.load_checkpoint_to_cpu(path)
     cfg = state["cfg"]
-    if getattr(cfg.task, "_name", None) != "language_modeling":
-        raise ValueError(f"--refine-lm-path {path} is not a language model (task {getattr(cfg.task, '_name', None)}): "
-                         f"train one with scripts/train_rescoring_lm.sh")
-    saved_dict = os.path.join(str(cfg.task.data).split(os.pathsep)[0], "dict.txt")
+    task = getattr(cfg.task, "_name", None)
+    if task not in ("target_language_modeling", "language_modeling"):
+        raise ValueError(f"--refine-lm-path {path} is not a language model (task {task}): train one with "
+                         f"scripts/train_rescoring_lm.sh")
+    folder = str(cfg.task.data).split(os.pathsep)[0]
+    saved_dict = os.path.join(folder, f"dict.{cfg.task.target_lang}.txt" if task == "target_language_modeling"
+                              else "dict.txt")
     symbols = Dictionary.load(saved_dict).symbols if os.path.isfile(saved_dict) else None
     vocabulary = state["model"]["decoder.embed_tokens.weight"].size(0)
     if (symbols is not None and symbols != tgt_dict.symbols) or vocabulary != len(tgt_dict):
