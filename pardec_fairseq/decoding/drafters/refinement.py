@@ -3,13 +3,13 @@
 A block drafter (the heads of a ``blockwise_transformer``) predicts each drafted position on its
 own, so its top-1 draft repeats tokens and grows unsure with distance. Its top-``k`` tokens per
 position form a "sausage" lattice: any choice of one token per position is a draft. Global n-gram
-rescoring scores every path by the drafter's log-probabilities plus ``weight`` times an n-gram
-model's scores, and dynamic programming over the lattice (a k-best Viterbi whose states are the
+rescoring scores every path by the drafter's log-probabilities (its logits, which rank paths alike)
+plus ``weight`` times an n-gram model's scores, and dynamic programming over the lattice (a k-best Viterbi whose states are the
 last ``order - 1`` choices) gives the ``drafts`` best paths; several are verified together as a
 tree. With no language model the same search gives the paths the drafter alone ranks best (Kim et
 al.'s "parallel base BPD"). Local neural rescoring instead walks the positions in order, choosing
 each one's candidate by the drafter's log-probability plus ``weight`` times a small autoregressive
-language model's, given the accepted output and the draft chosen so far: one draft, the model called
+language model's (logits for both: a position's candidates compare alike), given the accepted output and the draft chosen so far: one draft, the model called
 once per drafted position. Drafts only change speed: exact acceptance keeps the verifier's output.
 """
 import os
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Optional
 
+import numba
 import numpy as np
 import torch
 from fairseq import checkpoint_utils
@@ -24,7 +25,7 @@ from fairseq import models as fairseq_models
 from fairseq.data import Dictionary
 from torch import Tensor
 
-from pardec_fairseq.decoding.drafters.ngram_lm import NgramLM
+from pardec_fairseq.decoding.drafters.ngram_lm import NgramLM, stupid_backoff
 from pardec_fairseq.decoding.proposals import Proposal
 
 
@@ -33,13 +34,15 @@ class Lattice:
     """Each drafted position's ``k`` most likely tokens under the drafter, best first."""
 
     tokens: Tensor  # [rows, positions, k]
-    scores: Tensor  # [rows, positions, k] the drafter's log-probabilities
+    # [rows, positions, k] the drafter's logits: its log-probabilities up to a constant per position,
+    # which ranks every path alike (and saves normalising over the vocabulary each pass)
+    scores: Tensor
 
     @classmethod
     def of(cls, logits: Tensor, k: int) -> "Lattice":
         """From the drafter's logits ``[rows, positions, vocab]``."""
-        top = torch.log_softmax(logits.float(), -1).topk(min(k, logits.size(-1)), -1)
-        return cls(top.indices, top.values)
+        top = logits.topk(min(k, logits.size(-1)), -1)
+        return cls(top.indices, top.values.float())
 
 
 def _check_top_k(top_k):
@@ -86,67 +89,89 @@ class LatticeRescoring:
 
     def best_paths(self, tokens: np.ndarray, scores: np.ndarray, context: np.ndarray, context_lengths: np.ndarray):
         """``[rows, drafts, positions]`` the best paths' tokens, best first, and ``[rows, drafts]``
-        whether each exists (a lattice may hold fewer paths than ``drafts``).
-
-        The state after position j is the last ``m = min(j + 1, remembered)`` choices, a number in
-        base k (the latest choice least significant); each state keeps its ``drafts`` best partial
-        paths and, per path, the flat index (state x drafts + rank) of the path it extends."""
-        rows, positions, k = tokens.shape
+        whether each exists (a lattice may hold fewer paths than ``drafts``)."""
+        positions, k = tokens.shape[1:]
         drafts = min(self.drafts, k ** positions)
-        best = np.full((rows, 1, drafts), -np.inf)
-        best[:, 0, 0] = 0.0
-        pointers = []
-        for j, step in enumerate(self._step_scores(tokens, scores, context, context_lengths)):
-            held = min(j, self.remembered)  # choices the states before position j remember
-            extended = best[:, :, :, None] + step[:, :, None, :]
-            states = k ** held  # extended: [rows, states, drafts, k]
-            if held < self.remembered:  # the state grows by the new choice: one predecessor each
-                best = extended.transpose(0, 1, 3, 2).reshape(rows, states * k, drafts)
-                origin = np.broadcast_to(np.arange(states * drafts).reshape(states, 1, drafts), (states, k, drafts))
-                pointers.append(np.broadcast_to(origin.reshape(1, states * k, drafts), best.shape))
-                continue
-            # the oldest choice d drops out: predecessors d x kept + kept for every d
-            kept = states // k
-            candidates = extended.reshape(rows, k, kept, drafts, k).transpose(0, 2, 4, 1, 3)
-            candidates = candidates.reshape(rows, kept * k, k * drafts)
-            order = np.argsort(-candidates, axis=-1, kind="stable")[..., :drafts]
-            best = np.take_along_axis(candidates, order, -1)
-            dropped, rank = np.divmod(np.arange(k * drafts), drafts)
-            origin = (dropped * kept + np.arange(kept)[:, None]) * drafts + rank  # [kept, k * drafts]
-            origin = np.broadcast_to(origin[:, None, :], (kept, k, k * drafts)).reshape(kept * k, k * drafts)
-            pointers.append(np.take_along_axis(np.broadcast_to(origin, candidates.shape), order, -1))
-        flat = best.reshape(rows, -1)
-        at = np.argsort(-flat, axis=-1, kind="stable")[:, :drafts]
-        found = np.isfinite(np.take_along_axis(flat, at, -1))
-        paths = np.empty((rows, drafts, positions), dtype=np.int64)
-        for j in range(positions - 1, -1, -1):
-            choice = (at // drafts) % k
-            paths[:, :, j] = np.take_along_axis(tokens[:, j], choice, -1)
-            at = np.take_along_axis(pointers[j].reshape(rows, -1), at, -1)
-        return paths, found
+        tables = self.lm.tables if self.lm is not None else _NO_TABLES
+        return _best_paths(np.ascontiguousarray(tokens, dtype=np.int64), np.ascontiguousarray(scores, np.float64),
+                           np.ascontiguousarray(context, np.int64), np.asarray(context_lengths, np.int64), drafts,
+                           self.remembered, float(self.weight), self.lm is not None, *tables)
 
-    def _step_scores(self, tokens, scores, context, context_lengths):
-        """Per position j, ``[rows, k ** held, k]``: the score of choice c at j after each state of the
-        ``held = min(j, remembered)`` choices before it; the language model scores every position's
-        n-grams in one call."""
-        rows, positions, k = tokens.shape
-        held = [min(j, self.remembered) for j in range(positions)]
-        if self.lm is None:
-            return [np.broadcast_to(scores[:, j, None, :], (rows, k ** held[j], k)) for j in range(positions)]
-        width = self.remembered
-        histories, lengths, words = [], [], []
+
+_NO_TABLES = (np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(2, np.int64), 1, 1, 2, 0.0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _insert(values, origins, value, origin):
+    """Put ``value`` into the descending list ``values`` (dropping its last), after equal ones."""
+    at = values.size - 1
+    while at > 0 and values[at - 1] < value:
+        values[at], origins[at] = values[at - 1], origins[at - 1]
+        at -= 1
+    values[at], origins[at] = value, origin
+
+
+@numba.njit(cache=True, nogil=True)
+def _best_paths(tokens, scores, context, context_lengths, drafts, remembered, weight, use_lm,
+                keys, counts, offsets, total, bits, order, log_backoff):
+    """k-best Viterbi per row. The state after position j is the last ``min(j + 1, remembered)``
+    choices, a number in base k (the latest choice least significant); each state keeps its
+    ``drafts`` best partial paths and, per path, the index (state x drafts + rank) of the path it
+    extends. A step's score is the drafter's log-probability plus ``weight`` x the n-gram score of
+    the token after the accepted context and the state's choices."""
+    rows, positions, k = tokens.shape
+    width = context.shape[1]
+    paths = np.zeros((rows, drafts, positions), np.int64)
+    found = np.zeros((rows, drafts), np.bool_)
+    most = k ** remembered
+    history = np.empty(width, np.int64)
+    for row in range(rows):
+        best = np.full((most, drafts), -np.inf)
+        best[0, 0] = 0.0
+        pointers = np.zeros((positions, most, drafts), np.int64)
+        states = 1
         for j in range(positions):
-            states = k ** held[j]
-            digits = (np.arange(states)[:, None] // k ** np.arange(held[j] - 1, -1, -1)) % k  # oldest first
-            chosen = tokens[:, np.arange(j - held[j], j)[None, :], digits]  # [rows, states, held]
-            before = np.broadcast_to(context[:, None, held[j]:], (rows, states, width - held[j]))
-            history = np.concatenate([before, chosen], -1).reshape(rows * states, width)  # right-aligned
-            histories.append(np.repeat(history, k, 0))
-            lengths.append(np.repeat(np.minimum(context_lengths + j, width), states * k))
-            words.append(np.broadcast_to(tokens[:, j, None, :], (rows, states, k)).ravel())
-        lm = np.split(self.lm.log_scores(np.concatenate(histories), np.concatenate(lengths), np.concatenate(words)),
-                      np.cumsum([rows * k ** (h + 1) for h in held])[:-1])
-        return [scores[:, j, None, :] + self.weight * lm[j].reshape(rows, k ** held[j], k) for j in range(positions)]
+            held = min(j, remembered)  # choices the states before position j remember
+            grows = held < remembered  # else the oldest choice drops out
+            kept = k ** max(held - 1, 0)
+            extended = np.full((most, drafts), -np.inf)
+            for state in range(states):
+                if best[state, 0] == -np.inf:
+                    continue
+                if use_lm:
+                    for i in range(width - held):
+                        history[i] = context[row, i + held]
+                    for i in range(held):
+                        history[width - held + i] = tokens[row, j - held + i, (state // k ** (held - 1 - i)) % k]
+                for c in range(k):
+                    step = scores[row, j, c]
+                    if use_lm:
+                        step += weight * stupid_backoff(history, min(width, context_lengths[row] + j), tokens[row, j, c],
+                                                        keys, counts, offsets, total, bits, order, log_backoff)
+                    target = state * k + c if grows else (state % kept) * k + c
+                    for rank in range(drafts):
+                        value = best[state, rank] + step
+                        if not value > extended[target, drafts - 1]:
+                            break  # the state's later paths score less
+                        _insert(extended[target], pointers[j, target], value, state * drafts + rank)
+            best = extended
+            states = states * k if grows else states
+        final, origin = np.full(drafts, -np.inf), np.zeros(drafts, np.int64)
+        for state in range(states):
+            for rank in range(drafts):
+                if not best[state, rank] > final[drafts - 1]:
+                    break
+                _insert(final, origin, best[state, rank], state * drafts + rank)
+        for q in range(drafts):
+            if final[q] == -np.inf:
+                continue
+            found[row, q] = True
+            at = origin[q]
+            for j in range(positions - 1, -1, -1):
+                state = at // drafts
+                paths[row, q, j] = tokens[row, j, state % k]
+                at = pointers[j, state, at % drafts]
+    return paths, found
 
 
 class LocalNeuralRescoring:
@@ -169,8 +194,9 @@ class LocalNeuralRescoring:
         history = state.tokens.gather(1, columns.clamp(min=0)).masked_fill(columns < 0, self.pad)
         for j in range(positions):
             logits, _ = self.lm(history[:, -self.max_positions:])
-            lprobs = torch.log_softmax(logits[:, -1].float(), -1).gather(1, lattice.tokens[:, j])
-            choice = (lattice.scores[:, j] + self.weight * lprobs).argmax(-1, keepdim=True)
+            # logits, not log-probabilities: the same up to a constant among a position's candidates
+            lm_scores = logits[:, -1].float().gather(1, lattice.tokens[:, j])
+            choice = (lattice.scores[:, j] + self.weight * lm_scores).argmax(-1, keepdim=True)
             history = torch.cat([history, lattice.tokens[:, j].gather(1, choice)], 1)
         return Proposal(tokens=history[:, width:], lengths=torch.full_like(state.lengths, positions))
 
@@ -221,27 +247,29 @@ def load_rescoring_lm(path, tgt_dict, like: Tensor):
     return model.to(device=like.device, dtype=like.dtype).eval()
 
 
-def tree_of_paths(paths: np.ndarray, lengths: np.ndarray):
+@numba.njit(cache=True, nogil=True)
+def tree_of_paths(paths, lengths):
     """Paths ``[rows, p, depth]`` (the first ``lengths[r, i]`` tokens of path i) as one tree per row
-    whose paths share their common prefixes: node tokens ``[rows, nodes]``, each node's parent as a
-    pass position (0: the last accepted token, j + 1: node j), node counts ``[rows]``. Nodes are
-    numbered path by path, so a parent always comes before its children."""
+    whose paths share their common prefixes: node tokens ``[rows, nodes]`` (0 after a row's nodes),
+    each node's parent as a pass position (0: the last accepted token, j + 1: node j), node counts
+    ``[rows]``. Nodes are numbered path by path, so a parent always comes before its children."""
     rows, p, depth = paths.shape
-    valid = np.arange(depth) < lengths[:, :, None]  # [rows, p, depth]
-    agree = (paths[:, :, None, :] == paths[:, None, :, :]) & valid[:, :, None, :] & valid[:, None, :, :]
-    same_prefix = np.logical_and.accumulate(agree, axis=-1)  # [rows, p, q, depth]
-    owner = np.argmax(same_prefix, axis=2)  # [rows, p, depth]: the first path with that prefix
-    new = valid & (owner == np.arange(p)[None, :, None])
-    number = np.cumsum(new.reshape(rows, -1), 1).reshape(rows, p, depth) - 1  # node number of new nodes
-    node = np.take_along_axis(number.reshape(rows, p * depth), (owner * depth + np.arange(depth)).reshape(rows, -1),
-                              1).reshape(rows, p, depth)  # the node of each (path, depth)
-    parent = np.concatenate([np.zeros((rows, p, 1), dtype=np.int64), node[:, :, :-1] + 1], 2)
-    nodes = new.sum((1, 2))
-    width = int(nodes.max()) if rows else 0
-    draft = np.zeros((rows, width + 1), dtype=np.int64)
-    parents = np.zeros((rows, width + 1), dtype=np.int64)
-    slot = np.where(new, node, width)  # column ``width``: nowhere
-    row = np.broadcast_to(np.arange(rows)[:, None, None], slot.shape)
-    draft[row, slot] = paths
-    parents[row, slot] = parent
-    return draft[:, :width], parents[:, :width], nodes
+    tokens = np.zeros((rows, p * depth), np.int64)
+    parents = np.zeros((rows, p * depth), np.int64)
+    nodes = np.zeros(rows, np.int64)
+    for row in range(rows):
+        for i in range(p):
+            parent = 0
+            for d in range(lengths[row, i]):
+                token, node = paths[row, i, d], -1
+                for other in range(nodes[row]):  # a node with the same parent and token: a shared prefix
+                    if parents[row, other] == parent and tokens[row, other] == token:
+                        node = other
+                        break
+                if node < 0:
+                    node = nodes[row]
+                    tokens[row, node], parents[row, node] = token, parent
+                    nodes[row] += 1
+                parent = node + 1
+    width = nodes.max() if rows else 0
+    return tokens[:, :width], parents[:, :width], nodes
