@@ -32,6 +32,7 @@ from pardec_fairseq.decoding.fast_layers import DecoderLayer, FastCache, run_lay
 from pardec_fairseq.decoding.fast_ops import Product, layer_norm
 from pardec_fairseq.decoding.proposals import DraftTree
 from pardec_fairseq.decoding.verifier import Verifier, VerifierScores, embed_positions
+from pardec_fairseq.models.blockwise_transformer import BlockwiseTransformerDecoder
 from pardec_fairseq.models.decoder_steps import encoder_states
 
 logger = logging.getLogger(__name__)
@@ -79,7 +80,10 @@ class FastDecoder:
         self.project_out = None if decoder.project_out_dim is None else Product.of(decoder.project_out_dim)
         self.layers = [DecoderLayer.of(layer) for layer in decoder.layers]
         self.heads, self.head_dim = self.layers[0].heads, self.layers[0].head_dim
-        self.own_output_layer = type(decoder).output_layer is not TransformerDecoderBase.output_layer
+        # a blockwise Transformer's head 1 is its output projection after the heads' first features
+        self.first_head = decoder.blockwise_heads.first if isinstance(decoder, BlockwiseTransformerDecoder) else None
+        self.own_output_layer = self.first_head is None and \
+            type(decoder).output_layer is not TransformerDecoderBase.output_layer
         if not self.own_output_layer:
             self.output = Product.of(decoder.output_projection)
         self.row_step, self.compiled = (RowStep(self), CompiledLayers(self)) if compiles(self) else (None, None)
@@ -120,9 +124,9 @@ class FastDecoder:
         return x
 
     def logits(self, x: Tensor) -> Tensor:
-        if self.own_output_layer:  # e.g. the blockwise Transformer's head 1
+        if self.own_output_layer:
             return self.decoder.output_layer(x)
-        return self.output(x)
+        return self.output(x if self.first_head is None else self.first_head(x))
 
 
 @dataclass

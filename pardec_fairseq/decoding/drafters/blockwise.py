@@ -7,9 +7,11 @@ which only runs the prefix, every iteration is one model call. With a ``LatticeR
 draft is chosen from the heads' top-k lattice instead of each head's top-1 (Kim et al. 2024).
 """
 import torch
+import torch.nn.functional as F
 
 from pardec_fairseq.decoding.drafters import Drafter
 from pardec_fairseq.decoding.drafters.refinement import Lattice
+from pardec_fairseq.decoding.fast_ops import Product
 from pardec_fairseq.decoding.proposals import Proposal
 
 
@@ -24,8 +26,13 @@ class BlockwiseHeadsDrafter(Drafter):
                              "--gen-algo for this checkpoint")
         if heads.heads < 2:
             raise ValueError("--gen-algo bpd needs a model with --block-heads 2 or more: head 1 is the verifier")
-        self.decoder, self.refinement = decoder, refinement
+        self.heads, self.refinement = heads, refinement
         self.drafts_trees = refinement is not None and refinement.drafts > 1
+        # the heads' feed-forward layer and the projection of heads 2..k in one product each, on
+        # re-laid weights (``nn.Linear`` read the output matrix once per head)
+        with torch.no_grad():
+            self.fc1, self.fc2 = Product.of(heads.fc1), Product.of(heads.fc2)
+            self.output = Product.of(decoder.output_projection)
 
     def begin(self, net_input, max_len, encoded=None):
         src_tokens = net_input["src_tokens"]
@@ -45,11 +52,12 @@ class BlockwiseHeadsDrafter(Drafter):
         if verdict.path is not None:
             at = verdict.path.gather(1, at)
         h = features.gather(1, at.unsqueeze(2).expand(-1, 1, features.size(2))).squeeze(1)
-        logits = self.decoder.head_logits(h, list(range(1, self.decoder.blockwise_heads.heads)))
+        block = self.heads.combine(h, self.fc2(F.relu(self.fc1(h))))  # [rows, k, d]
+        logits = self.output(block[:, 1:])
         if self.refinement is None:
-            self.draft = torch.stack([head.argmax(-1) for head in logits], dim=1)
+            self.draft = logits.argmax(-1)
         else:
-            self.lattice = Lattice.of(torch.stack(logits, dim=1), self.refinement.top_k)
+            self.lattice = Lattice.of(logits, self.refinement.top_k)
 
     def keep_rows(self, rows):
         self.draft = self.draft[rows]
