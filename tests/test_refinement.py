@@ -1,7 +1,9 @@
 """Draft refinement (Kim et al. 2024): the n-gram model, the k-best search over the heads' lattice,
 the tree of its paths, and bpd with refined drafts still fairseq's greedy output."""
 import argparse
+import importlib.util
 import itertools
+import json
 import math
 
 from types import SimpleNamespace
@@ -18,7 +20,7 @@ from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
 from pardec_fairseq.decoding.drafters.ngram_lm import NgramLM
 from pardec_fairseq.decoding.drafters.refinement import Lattice, LatticeRescoring, LocalNeuralRescoring, tree_of_paths
-from conftest import USER_DIR, run_fairseq
+from conftest import REPO, USER_DIR, run_fairseq
 from test_blockwise import BLOCKWISE, hypotheses
 from test_draft_head import build_head
 from test_lossless_matches_fairseq import (GENERATION_DEFAULTS, assert_same_hypotheses, fairseq_beam_one, model_for,
@@ -247,3 +249,30 @@ def test_a_draft_head_refined_from_its_slots_lattice_equals_fairseq_greedy(seed,
     expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
     actual, _ = plugin("greedy", [verifier], dictionary, collated, max_len_b=max_len_b, drafter=drafter)
     assert_same_hypotheses(expected, actual)
+
+
+def test_the_refinement_plot_tabulates_each_kind_of_draft_against_the_oracle(tmp_path):
+    spec = importlib.util.spec_from_file_location("refinement_plot", REPO / "scripts" / "refinement_plot.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    heads = tmp_path / "heads.json"
+    heads.write_text(json.dumps({"block_efficiency": {"1": 1.25, "4": 1.6}}))
+    rows = {"fairseq-greedy": (4.0, 100, 100), "greedy": (2.0, 100, 100), "bpd": (1.9, 100, 80),
+            "bpd:refine-drafts=4": (2.2, 100, 72), "bpd:refine=ngram": (1.8, 100, 75),
+            "bpd:refine=ngram,refine-drafts=4": (2.1, 100, 68),
+            "bpd:refine=neural,refine-lm-path=lm.pt,refine-top-k=8": (10.0, 100, 74), "ct2-float32": (3.0, 100, 100)}
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({
+        "meta": {"checkpoint": "bw.pt", "sentences": 300, "subset": "test", "batch_size": 1, "hardware": "cpu",
+                 "date": "2026-11-24"},
+        "results": [{"algorithm": name, "ms_per_token": ms, "tokens": tokens, "iterations": passes}
+                    for name, (ms, tokens, passes) in rows.items()]}))
+    module.main([str(heads), str(bench), str(tmp_path / "out")])
+    table = (tmp_path / "out.md").read_text().splitlines()
+    assert table[4:9] == ["| top-1 of each head | 1 | 1 | 1.250 | +0.0% | 1.90 | 1.05x |",
+                          "| heads alone | 4 | 4 | 1.389 | +11.1% | 2.20 | 0.91x |",
+                          "| n-gram rescoring | 1 | 4 | 1.333 | +6.7% | 1.80 | 1.11x |",
+                          "| n-gram rescoring | 4 | 4 | 1.471 | +17.6% | 2.10 | 0.95x |",
+                          "| neural rescoring | 1 | 8 | 1.351 | +8.1% | 10.00 | 0.20x |"]
+    assert table[-1] == "| tokens / pass | 1.250 | 1.600 |"
+    assert (tmp_path / "out.png").stat().st_size > 10_000
