@@ -30,7 +30,8 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$src" ] && [ -n "$tgt" ] || { echo "train_rescoring_lm.sh: -s SRC and -t TGT are required" >&2; exit 2; }
 for split in train valid; do
-  [ -f "$data/$split.$src-$tgt.$tgt.bin" ] || { echo "train_rescoring_lm.sh: $data/$split.$src-$tgt.$tgt.bin not found (binarize the data first)" >&2; exit 1; }
+  [ -f "$data/$split.$src-$tgt.$tgt.bin" ] || {
+    echo "train_rescoring_lm.sh: $data/$split.$src-$tgt.$tgt.bin not found (binarize the data first)" >&2; exit 1; }
 done
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$save"

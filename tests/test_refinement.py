@@ -1,11 +1,11 @@
 """Draft refinement (Kim et al. 2024): the n-gram model, the k-best search over the heads' lattice,
-the tree of its paths, and bpd with refined drafts still fairseq's greedy output."""
+the tree of its paths, local neural rescoring, bpd and the draft head with refined drafts still
+fairseq's greedy output, the CLI from training the rescoring LM to fairseq-generate, the analysis plot."""
 import argparse
 import importlib.util
 import itertools
 import json
 import math
-
 from types import SimpleNamespace
 
 import numpy as np
@@ -223,7 +223,8 @@ def test_fairseq_generate_with_refined_drafts_reproduces_beam_one(toy_experiment
             assert hypotheses(run_fairseq(*generate, "--gen-algo", "bpd", *options, "--batch-size", batch_size)) \
                 == reference
     with pytest.raises(AssertionError, match="not a language model"):
-        run_fairseq(*generate, "--gen-algo", "bpd", "--refine", "neural", "--refine-lm-path", save / "checkpoint_last.pt")
+        run_fairseq(*generate, "--gen-algo", "bpd", "--refine", "neural", "--refine-lm-path",
+                    save / "checkpoint_last.pt")
     with pytest.raises(AssertionError, match="block_nat drafter's drafts are not refined"):
         run_fairseq("generate", data, "--user-dir", USER_DIR, "--task", "translation_pardec", "--path",
                     toy_experiment["checkpoint"], "--gen-algo", "gad", "--drafter-path", toy_drafter["checkpoint"],

@@ -4,12 +4,13 @@ A block drafter (the heads of a ``blockwise_transformer``) predicts each drafted
 own, so its top-1 draft repeats tokens and grows unsure with distance. Its top-``k`` tokens per
 position form a "sausage" lattice: any choice of one token per position is a draft. Global n-gram
 rescoring scores every path by the drafter's log-probabilities (its logits, which rank paths alike)
-plus ``weight`` times an n-gram model's scores, and dynamic programming over the lattice (a k-best Viterbi whose states are the
-last ``order - 1`` choices) gives the ``drafts`` best paths; several are verified together as a
-tree. With no language model the same search gives the paths the drafter alone ranks best (Kim et
-al.'s "parallel base BPD"). Local neural rescoring instead walks the positions in order, choosing
-each one's candidate by the drafter's log-probability plus ``weight`` times a small autoregressive
-language model's (logits for both: a position's candidates compare alike), given the accepted output and the draft chosen so far: one draft, the model called
+plus ``weight`` times an n-gram model's scores, and dynamic programming over the lattice (a k-best
+Viterbi whose states are the last ``order - 1`` choices) gives the ``drafts`` best paths; several
+are verified together as a tree. With no language model the same search gives the paths the
+drafter alone ranks best (Kim et al.'s "parallel base BPD"). Local neural rescoring instead walks
+the positions in order, choosing each one's candidate by the drafter's log-probability plus
+``weight`` times a small autoregressive language model's (logits for both: a position's candidates
+compare alike), given the accepted output and the draft chosen so far: one draft, the model called
 once per drafted position. Drafts only change speed: exact acceptance keeps the verifier's output.
 """
 import os
@@ -143,11 +144,12 @@ def _best_paths(tokens, scores, context, context_lengths, drafts, remembered, we
                         history[i] = context[row, i + held]
                     for i in range(held):
                         history[width - held + i] = tokens[row, j - held + i, (state // k ** (held - 1 - i)) % k]
+                known = min(width, context_lengths[row] + j)  # context tokens the n-gram sees
                 for c in range(k):
                     step = scores[row, j, c]
                     if use_lm:
-                        step += weight * stupid_backoff(history, min(width, context_lengths[row] + j), tokens[row, j, c],
-                                                        keys, counts, offsets, total, bits, order, log_backoff)
+                        step += weight * stupid_backoff(history, known, tokens[row, j, c], keys, counts, offsets,
+                                                        total, bits, order, log_backoff)
                     target = state * k + c if grows else (state % kept) * k + c
                     for rank in range(drafts):
                         value = best[state, rank] + step
