@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from fairseq.data import MonolingualDataset
 from fairseq.models.transformer_lm import TransformerLanguageModel, base_lm_architecture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,6 +21,7 @@ from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
 from pardec_fairseq.decoding.drafters.ngram_lm import NgramLM
 from pardec_fairseq.decoding.drafters.refinement import Lattice, LatticeRescoring, LocalNeuralRescoring, tree_of_paths
+from pardec_fairseq.tasks.target_language_modeling import SentencesAfterEos
 from conftest import REPO, USER_DIR, run_fairseq
 from test_blockwise import BLOCKWISE, hypotheses
 from test_draft_head import build_head
@@ -277,3 +279,14 @@ def test_the_refinement_plot_tabulates_each_kind_of_draft_against_the_oracle(tmp
                           "| neural rescoring | 1 | 8 | 1.351 | +8.1% | 10.00 | 0.20x |"]
     assert table[-1] == "| tokens / pass | 1.250 | 1.600 |"
     assert (tmp_path / "out.png").stat().st_size > 10_000
+
+
+def test_the_language_model_reads_each_target_sentence_after_eos():
+    """As the translation decoder reads its output: input EOS + the sentence, targets the sentence."""
+    sentences = [torch.tensor([5, 6, 7, EOS]), torch.tensor([8, EOS]), torch.tensor([EOS])]
+    dictionary = make_dictionary(20)
+    dataset = MonolingualDataset(SentencesAfterEos(sentences, EOS), [len(s) for s in sentences], dictionary,
+                                 dictionary, add_eos_for_other_targets=False, shuffle=False, targets=["future"])
+    samples = [dataset[i] for i in range(3)]
+    assert [s["source"].tolist() for s in samples] == [[EOS, 5, 6, 7], [EOS, 8], [EOS]]
+    assert [s["target"].tolist() for s in samples] == [[5, 6, 7, EOS], [8, EOS], [EOS]]

@@ -117,8 +117,8 @@ class DecodingConfig(FairseqDataclass):
                                "are more) among which the most frequent continuation is drafted"})
     refine: REFINE_CHOICES = field(
         default="none",
-        metadata={"help": "bpd: how drafts are chosen from the heads' lattice of their top --refine-top-k tokens "
-                  "per position (Kim et al. 2024). 'none': each head's top-1 (Stern et al.), or with "
+        metadata={"help": "bpd, and gad with a draft_head: how drafts are chosen from the lattice of the heads' "
+                  "(slots') top --refine-top-k tokens per position (Kim et al. 2024). 'none': each head's top-1 (Stern et al.), or with "
                   "--refine-drafts above 1 the paths the heads score best; 'ngram': by the heads' "
                   "log-probabilities plus --refine-lm-weight x the scores of an n-gram model of "
                   "--refine-corpus, the --refine-drafts best paths; 'neural': position by position, by the "
@@ -127,32 +127,32 @@ class DecodingConfig(FairseqDataclass):
                   "together as a tree (needs --verifier fast)"},
     )
     refine_top_k: int = field(
-        default=4, metadata={"help": "bpd with --refine or --refine-drafts: candidates per drafted position"})
+        default=4, metadata={"help": "--refine, --refine-drafts: candidates per drafted position"})
     refine_drafts: int = field(
-        default=1, metadata={"help": "bpd: the best paths through the lattice verified per pass (P)"})
+        default=1, metadata={"help": "--refine none/ngram: the best paths through the lattice verified per pass (P)"})
     refine_lm_weight: float = field(
-        default=1.0, metadata={"help": "bpd --refine ngram/neural: weight of the language model's log-score "
+        default=1.0, metadata={"help": "--refine ngram/neural: weight of the language model's log-score "
                                "beside the heads' log-probabilities"})
     refine_ngram_order: int = field(
-        default=3, metadata={"help": "bpd --refine ngram: order of the n-gram model (stupid backoff over the "
+        default=3, metadata={"help": "--refine ngram: order of the n-gram model (stupid backoff over the "
                              "corpus's counts)"})
     refine_corpus: Optional[str] = field(
         default=None,
-        metadata={"help": "bpd --refine ngram: prefix of a binarized split (PREFIX.bin/.idx, target dictionary) "
+        metadata={"help": "--refine ngram: prefix of a binarized split (PREFIX.bin/.idx, target dictionary) "
                   "whose n-grams are counted, e.g. distilled outputs (default: the train split's target side "
                   "in the data folder)"},
     )
-
     refine_lm_path: Optional[str] = field(
         default=None,
-        metadata={"help": "bpd --refine neural: checkpoint of a fairseq transformer_lm of the target side in the "
+        metadata={"help": "--refine neural: checkpoint of a fairseq transformer_lm of the target side in the "
                   "verifier's target dictionary (scripts/train_rescoring_lm.sh)"},
     )
 
 
 def decoding_config(task_cfg) -> DecodingConfig:
     """The decoding options of a task config (dataclass, omegaconf or argparse), defaults for the
-    rest and for ``None``; the retrieval and refinement corpora default to the task's train split, target side."""
+    rest and for ``None``; the retrieval and refinement corpora default to the task's train split,
+    target side."""
     defaults = DecodingConfig()
     cfg = DecodingConfig(**{
         f.name: getattr(task_cfg, f.name, getattr(defaults, f.name))

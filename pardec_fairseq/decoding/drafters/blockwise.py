@@ -3,8 +3,9 @@
 Combined scoring and proposal (Stern et al. section 4): the pass that verifies a block also runs
 the heads at every position, and the heads at the position that produced the verifier's own token
 propose the next block, heads 2..k predicting the k - 1 tokens after it. So after the first pass,
-which only runs the prefix, every iteration is one model call. With a ``LatticeRescoring`` the
-draft is chosen from the heads' top-k lattice instead of each head's top-1 (Kim et al. 2024).
+which only runs the prefix, every iteration is one model call. With a refinement
+(``drafters.refinement``) the draft is chosen from the heads' top-k lattice instead of each head's
+top-1 (Kim et al. 2024).
 """
 import torch
 import torch.nn.functional as F

@@ -7,8 +7,8 @@ row's own columns as the verifier's cache is) and the slots' own, all slots seei
 encoder attention reads keys and values of the verifier's encoder states (once per batch). So a
 proposal is one pass of the fast path's layers (on a CPU one compiled call) over ``k`` slots: no
 encoder, no re-run over the prefix; the draft is each slot's top-1 or, with a refinement, chosen
-from the slots' top-k lattice as bpd's heads' drafts are. The head only changes speed: exact acceptance keeps the
-verifier's greedy output whatever it drafts.
+from the slots' top-k lattice as bpd's heads' drafts are. The head only changes speed: exact
+acceptance keeps the verifier's greedy output whatever it drafts.
 """
 import torch
 import torch.nn.functional as F
@@ -17,9 +17,9 @@ from fairseq.models.transformer import TransformerDecoderBase
 from pardec_fairseq.decoding.compiled_layers import CompiledLayers, compiles
 from pardec_fairseq.decoding.drafters import Drafter
 from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
+from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.fast_ops import Norm, Product
 from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, run_layers
-from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, same_fingerprint,
                                               verifier_fingerprint)
