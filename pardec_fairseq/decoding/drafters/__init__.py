@@ -31,6 +31,13 @@ class Drafter:
         pass
 
 
+def output_tail(state, width):
+    """Each row's last ``width`` output tokens (BOS included), right-aligned ``[rows, width]``, and
+    where a column reaches back before BOS (it holds BOS again there)."""
+    columns = state.lengths.unsqueeze(1) - width + 1 + torch.arange(width, device=state.lengths.device)
+    return state.tokens.gather(1, columns.clamp(min=0)), columns < 0
+
+
 def source_to_target(src_dict, tgt_dict):
     """Source token ids -> target token ids by symbol (pad to pad), so drafters that copy the source
     work with separate dictionaries too; a symbol the target lacks becomes its unknown word."""

@@ -26,6 +26,7 @@ from fairseq import models as fairseq_models
 from fairseq.data import Dictionary
 from torch import Tensor
 
+from pardec_fairseq.decoding.drafters import output_tail
 from pardec_fairseq.decoding.drafters.ngram_lm import NgramLM, stupid_backoff
 from pardec_fairseq.decoding.proposals import Proposal
 
@@ -83,10 +84,8 @@ class LatticeRescoring:
     def _context(self, state):
         """Each row's last ``order - 1`` accepted tokens (BOS included), right-aligned, and how many
         of them there are."""
-        width = self.remembered
-        columns = state.lengths.unsqueeze(1) - width + 1 + torch.arange(width, device=state.lengths.device)
-        context = state.tokens.gather(1, columns.clamp(min=0)).cpu().numpy()
-        return context, np.minimum(state.lengths.cpu().numpy() + 1, width)
+        context, _ = output_tail(state, self.remembered)
+        return context.cpu().numpy(), np.minimum(state.lengths.cpu().numpy() + 1, self.remembered)
 
     def best_paths(self, tokens: np.ndarray, scores: np.ndarray, context: np.ndarray, context_lengths: np.ndarray):
         """``[rows, drafts, positions]`` the best paths' tokens, best first, and ``[rows, drafts]``
@@ -192,8 +191,8 @@ class LocalNeuralRescoring:
         positions is read through its latest ones."""
         rows, positions, _ = lattice.tokens.shape
         width = int(state.lengths.max()) + 1
-        columns = state.lengths.unsqueeze(1) - width + 1 + torch.arange(width, device=state.lengths.device)
-        history = state.tokens.gather(1, columns.clamp(min=0)).masked_fill(columns < 0, self.pad)
+        history, before_bos = output_tail(state, width)
+        history = history.masked_fill(before_bos, self.pad)
         for j in range(positions):
             logits, _ = self.lm(history[:, -self.max_positions:])
             # logits, not log-probabilities: the same up to a constant among a position's candidates

@@ -21,7 +21,7 @@ import os
 import numpy as np
 import torch
 
-from pardec_fairseq.decoding.drafters import Drafter
+from pardec_fairseq.decoding.drafters import Drafter, output_tail
 from pardec_fairseq.decoding.drafters.corpus import corpus_text, missing_corpus
 from pardec_fairseq.decoding.proposals import Proposal
 
@@ -111,8 +111,7 @@ class RetrievalDrafter(Drafter):
         lengths = state.lengths.cpu().numpy()
         rows, s_max = lengths.size, self.max_suffix
         # the last s_max tokens of each row (BOS included), right-aligned: suffix s is the last s of them
-        offsets = lengths[:, None] - s_max + 1 + np.arange(s_max)
-        tail = state.tokens.gather(1, torch.from_numpy(np.maximum(offsets, 0)).to(device)).cpu().numpy()
+        tail = output_tail(state, s_max)[0].cpu().numpy()
         found, lo, hi = self._longest_suffix(tail, lengths + 1)
         draft, drafted = self._follow_most_frequent(found, lo, hi)
         parents = None
