@@ -4,12 +4,13 @@ follows weights that training changes."""
 import argparse
 import logging
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pardec_fairseq.decoding import DecodingConfig, build_generator
+from pardec_fairseq.decoding import DecodingConfig, build_generator, compiled_layers
 from pardec_fairseq.decoding.compiled_layers import CompiledLayers, RowStep
 from pardec_fairseq.decoding.fairseq_verifier import FairseqVerifier
 from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
@@ -194,9 +195,34 @@ def test_the_compiled_layers_compute_what_the_torch_layers_compute(architecture,
             verifier.score(cache, cached, torch.zeros(rows, dtype=torch.long), prefix + drafted + 2)
             scores = verifier.score(cache, new, first, prefix + drafted + 2, shape)
         features[path] = scores.hidden_states()
-        columns[path] = cache.caches[0].buffers[..., :prefix + drafted + 1, :]
+        # the columns each row's passes wrote (the compiled path leaves the others unset)
+        buffers = cache.caches[0].buffers
+        columns[path] = [buffers[:, :, r, :, :max(prefix, int(first[r]) + drafted + 1)] for r in range(rows)]
     torch.testing.assert_close(features["compiled"], features["torch"], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(columns["compiled"], columns["torch"], rtol=1e-5, atol=1e-5)
+
+
+def test_the_compiled_exp_softmax_and_layer_norm_match_torch():
+    """The compiled layers' own exp (a polynomial that vectorises) is within 2 ulp of exp over every
+    float32 score at most 0 and 0 below float32's normal range; softmax and layer norm equal torch's."""
+    scores = np.linspace(-87, 0, 200001, dtype=np.float32)
+    exact = np.exp(scores.astype(np.float64))
+    approximate = np.array([compiled_layers._exp(s) for s in scores[::50]] +
+                           [compiled_layers._exp(np.float32(s)) for s in (-87.5, -200.0, -np.inf)])
+    assert np.all(np.abs(approximate[:-3] - exact[::50]) <= 2 * np.spacing(exact[::50].astype(np.float32)))
+    assert np.all(approximate[-3:] == 0)
+    generator = np.random.default_rng(0)
+    rows = (generator.standard_normal((40, 37)) * 8).astype(np.float32)
+    rows[:, 30:] = -np.inf  # masked columns
+    softmax = rows.copy()
+    compiled_layers._softmax_rows(softmax)
+    np.testing.assert_allclose(softmax, torch.softmax(torch.from_numpy(rows), -1).numpy(), rtol=1e-5, atol=1e-7)
+    x = (generator.standard_normal((9, 256)) * 3 + 1).astype(np.float32)
+    weight, bias = generator.standard_normal((2, 256)).astype(np.float32)
+    expected = torch.nn.functional.layer_norm(torch.from_numpy(x), (256,), torch.from_numpy(weight),
+                                              torch.from_numpy(bias), 1e-5)
+    np.testing.assert_allclose(compiled_layers._norm_rows(x, weight, bias, np.float32(1e-5)), expected.numpy(),
+                               rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -98,8 +98,11 @@ class FastDecoder:
             enc_keys.append(keys)
             enc_values.append(values)
         enc_mask = None if enc_padding is None else enc_padding.view(rows, 1, 1, -1)
-        weight = self.layers[0].qkv.weight
-        buffers = weight.new_zeros(len(self.layers), 2, rows, self.heads, capacity, self.head_dim)
+        # the compiled layers read no column before a pass wrote it, so their buffers need no zeroing
+        # (a batch's 6 MB of zeros took a millisecond); torch's attention multiplies every column
+        allocate = self.layers[0].qkv.weight.new_empty if self.compiled is not None else \
+            self.layers[0].qkv.weight.new_zeros
+        buffers = allocate(len(self.layers), 2, rows, self.heads, capacity, self.head_dim)
         return FastCache(buffers, enc_keys, enc_values, enc_mask, enc, enc_padding)
 
     def features(self, cache: "FastCache", tokens: Tensor, positions: Optional[Tensor], first_index: Tensor,
