@@ -17,6 +17,7 @@ from pardec_fairseq.decoding.drafters.input_copy import InputCopyDrafter
 from pardec_fairseq.decoding.drafters.jacobi import JacobiDrafter
 from pardec_fairseq.decoding.engine import DraftVerifyDecoder
 from pardec_fairseq.decoding.generator import ParallelDecodingGenerator
+from pardec_fairseq.decoding.observers import LoopObserver
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.proposals import Proposal, Verdict
 from pardec_fairseq.decoding.registry import build_verifier
@@ -81,9 +82,49 @@ def test_long_accepted_drafts_and_uneven_rows_keep_the_greedy_output(seed, block
     acceptance = ExactAcceptance(chunk_range=(first_chunk, first_chunk))
     actual, stats = run_engine([model], dictionary, collated, drafter, acceptance, max_len_b=30)
     assert_same_hypotheses(expected, actual)
-    if noise == 0.0:  # every drafted token is right: block + 1 tokens per pass
-        assert stats.iterations == sum(math.ceil(len(r) / (block + 1)) for r in references)
+    if noise == 0.0:  # every drafted token is right: block + 1 tokens per pass, counted per sentence
+        lengths = dict(zip(collated["id"].tolist(), map(len, references)))
+        for sentence in stats.per_sentence:  # rows sit in the batch by source length, not by id
+            assert sentence.hyp_len == lengths[sentence.id]
+            assert sentence.iterations == math.ceil(sentence.hyp_len / (block + 1))
+            assert sentence.accepted_drafts == sentence.drafted
+            # each pass adds the verifier's own token, except a last pass that ends on a drafted EOS
+            assert sentence.hyp_len - sentence.accepted_drafts in (sentence.iterations, sentence.iterations - 1)
         assert stats.draft_acceptance == 1.0
+
+
+class EndRecorder(LoopObserver):
+    """Records the batch rows each ``rows_ended`` call names and the rows of the state at each pass."""
+
+    def __init__(self):
+        self.ended, self.passes = [], []
+
+    def batch_started(self, rows, device):
+        self.rows = rows
+
+    def after_pass(self, state, proposal, scores, verdict):
+        self.passes.append(state.rows.tolist())
+
+    def rows_ended(self, state, ended):
+        self.ended.extend(state.rows[ended].tolist())
+
+
+def test_observers_see_every_sentence_end_once_and_the_counts_follow_rows_that_leave():
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=3, eos_bias=0.5)
+    collated = make_batch(dictionary, [[4, 5, 6], [7, 8, 9, 10, 11, 12, 13], [14], [15, 16, 17, 18]])
+    options = DecodingOptions(max_len_b=20)
+    decoder = DraftVerifyDecoder(build_verifier("fast", [model], dictionary, options),
+                                 JacobiDrafter(dictionary.pad(), block_size=3), ExactAcceptance(), dictionary, options)
+    generator = ParallelDecodingGenerator("test", decoder, dictionary, options)
+    recorder = EndRecorder()
+    decoder.observers.append(recorder)
+    generator.generate([model], collated)
+    assert recorder.rows == 4 and sorted(recorder.ended) == [0, 1, 2, 3]
+    rows_of_sentence = {int(i): row for row, i in enumerate(collated["id"].tolist())}
+    for sentence in generator.stats.per_sentence:  # passes while the sentence's row was in the batch
+        row = rows_of_sentence[sentence.id]
+        assert sentence.iterations == sum(row in rows for rows in recorder.passes)
 
 
 def test_relaxed_rules_keep_correct_drafts_and_minimum_blocks_force_wrong_ones():

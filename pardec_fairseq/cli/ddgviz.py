@@ -316,9 +316,10 @@ def main(argv=None):
         sample = dataset.collater([dataset[sentence_id]])
         lookahead = args.gen_algo == "lookahead"
         tracer = LookaheadTracer(args.lookahead_ngram - 1, args.lookahead_window) if lookahead else JacobiTracer()
-        generator.decoder.observers[:] = [tracer]
+        generator.decoder.observers.append(tracer)
         with torch.no_grad():
             output = generator.generate(models, sample)[0][0]["tokens"].tolist()
+        generator.decoder.observers.remove(tracer)
         labels = [tgt_dict[t] for t in output]
         source = task.source_dictionary.string(sample["net_input"]["src_tokens"][0])
         title = f"{args.gen_algo}, {args.subset} sentence {sentence_id}: {source}"

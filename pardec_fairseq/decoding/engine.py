@@ -5,11 +5,8 @@ continuations (``DraftTree``); one verifier pass scores each row's last accepted
 the acceptance rule keeps a prefix of the chain (a path of the tree) plus the verifier's own token;
 the cache is rolled back to what each row kept. Rows accept different
 numbers of tokens, and rows that end leave the batch, so a sentence's output does not depend on
-its batch. Statistics are counted here, once for every algorithm; tools watch the loop through its
-observers (``observers``).
+its batch. The statistics and the tools watch the loop through its observers (``observers``).
 """
-import math
-import time
 from dataclasses import dataclass
 from typing import List
 
@@ -26,11 +23,6 @@ class DecodedSentence:
 
     tokens: Tensor
     cumulative_scores: Tensor
-    iterations: int
-    seconds: float
-    drafted: int = 0  # drafted tokens the verifier checked
-    accepted_drafts: int = 0  # of those, the ones in the output
-    drafting_passes: int = 0  # passes that checked a draft (the others yield one token)
 
 
 @dataclass
@@ -42,10 +34,6 @@ class DecodingState:
     cumulative: Tensor  # [rows, 2 * max_len + 2]: fairseq's cumulative score after each token (0 at BOS)
     lengths: Tensor  # [rows] accepted tokens after BOS; the last one is not in the cache yet
     rows: Tensor  # [rows] index of each row in the batch (on the CPU)
-    iterations: Tensor  # [rows] verifier passes so far
-    drafted: Tensor  # [rows] drafted tokens verified so far
-    accepted: Tensor  # [rows] drafted tokens accepted so far
-    drafting: Tensor  # [rows] passes with a draft so far
     offsets: Tensor  # 0 .. 2 * max_len + 1, the columns of a pass's tokens after a row's last one
 
     @classmethod
@@ -54,9 +42,9 @@ class DecodingState:
         width = 2 * max_len + 2
         tokens = torch.full((rows, width), pad, dtype=torch.long, device=device)
         tokens[:, 0] = bos
-        zeros = torch.zeros(rows, dtype=torch.long, device=device)
-        return cls(max_len, tokens, torch.zeros(rows, width, device=device), zeros, torch.arange(rows),
-                   zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone(), torch.arange(width, device=device))
+        return cls(max_len, tokens, torch.zeros(rows, width, device=device),
+                   torch.zeros(rows, dtype=torch.long, device=device), torch.arange(rows),
+                   torch.arange(width, device=device))
 
     def last_tokens(self):
         return self.tokens.gather(1, self.lengths.unsqueeze(1))
@@ -64,32 +52,23 @@ class DecodingState:
     def last_cumulative(self):
         return self.cumulative.gather(1, self.lengths.unsqueeze(1)).squeeze(1)
 
-    def advance(self, proposal: Proposal, verdict: Verdict, eos):
+    def advance(self, verdict: Verdict, eos):
         """Append what each row accepted; return which rows ended and their output lengths."""
         n = verdict.tokens.size(1)
-        offsets = self.offsets[:n]
         # all n are written: what follows a row's accepted tokens is written over by its next pass
-        index = (self.lengths + 1).unsqueeze(1) + offsets
+        index = (self.lengths + 1).unsqueeze(1) + self.offsets[:n]
         self.tokens.scatter_(1, index, verdict.tokens)
         self.cumulative.scatter_(1, index, verdict.cumulative)
-        kept = verdict.accepted + 1
-        ends = (offsets < kept.unsqueeze(1)) & verdict.tokens.eq(eos) & verdict.cumulative.ne(-math.inf)
-        first_end = torch.where(ends, offsets, n).min(1).values
+        first_end = verdict.output_ends(eos)
         ended = first_end < n
         end_lengths = self.lengths + 1 + first_end
-        self.lengths += kept
-        self.iterations += 1
-        if proposal.tokens.size(1) > 0:  # a pass without any draft leaves the draft counts as they are
-            self.drafted += proposal.lengths
-            self.drafting += proposal.lengths > 0
-            self.accepted += torch.minimum(verdict.accepted, first_end + 1)  # none after an EOS
+        self.lengths += verdict.accepted + 1
         # fairseq forces EOS at the length limit; a row whose EOS scored -inf ends there too
         done = ended | (self.lengths > self.max_len)
         return done, torch.where(ended, end_lengths, self.lengths)
 
     def keep(self, keep: Tensor):
-        for name in ("tokens", "cumulative", "lengths", "iterations", "drafted", "accepted", "drafting"):
-            setattr(self, name, getattr(self, name)[keep])
+        self.tokens, self.cumulative, self.lengths = self.tokens[keep], self.cumulative[keep], self.lengths[keep]
         self.rows = self.rows[keep.cpu()]
 
 
@@ -106,9 +85,11 @@ class DraftVerifyDecoder:
             return self._decode(sample, bos_token)
 
     def _decode(self, sample, bos_token):
-        start, verifier = time.perf_counter(), self.verifier
+        verifier = self.verifier
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
+        for observer in self.observers:
+            observer.batch_started(src_tokens.size(0), src_tokens.device)
         clock = PartClock(self.observers, src_tokens.device)  # its laps cost nothing unless an observer times parts
         max_len = self.options.max_len(src_tokens.size(1), verifier.max_decoder_positions())
         cache = verifier.start(net_input, max_len)
@@ -136,23 +117,29 @@ class DraftVerifyDecoder:
             clock.lap("verifier layers")
             self.drafter.update(scores, verdict, state)
             clock.lap("drafter")
-            done, output_lengths = state.advance(proposal, verdict, self.eos)
-            going_on = not bool(done.any()) or self._rows_leave(state, done, output_lengths, finished,
-                                                                time.perf_counter() - start, cache)
+            done, output_lengths = state.advance(verdict, self.eos)
+            going_on = not bool(done.any()) or self._rows_leave(state, done, output_lengths, finished, cache)
             clock.lap("engine")
             clock.report()
             if not going_on:
                 return finished
 
-    def _rows_leave(self, state, done, output_lengths, finished, seconds, cache) -> bool:
+    def _rows_leave(self, state, done, output_lengths, finished, cache) -> bool:
         """The rows that ended leave the batch; whether any row goes on."""
-        self._finish(state, done, output_lengths, finished, seconds)
+        ended = done.nonzero().squeeze(1)
+        for row, length in zip(ended.tolist(), output_lengths[ended].tolist()):
+            finished[state.rows[row]] = DecodedSentence(tokens=state.tokens[row, 1: length + 1].clone(),
+                                                        cumulative_scores=state.cumulative[row, 1: length + 1].clone())
+        for observer in self.observers:
+            observer.rows_ended(state, ended)
         keep = (~done).nonzero().squeeze(1)
         if keep.numel() == 0:
             return False
         state.keep(keep)
         self.verifier.keep_rows(cache, keep)
         self.drafter.keep_rows(keep)
+        for observer in self.observers:
+            observer.keep_rows(keep)
         return True
 
     @staticmethod
@@ -164,16 +151,3 @@ class DraftVerifyDecoder:
         lengths = torch.minimum(proposal.lengths, max_len - state.lengths)
         k = int(lengths.max())
         return Proposal(tokens=proposal.tokens[:, :k], lengths=lengths)
-
-    @staticmethod
-    def _finish(state, done, output_lengths, finished, seconds):
-        rows = done.nonzero().squeeze(1)
-        for row, length, iterations, drafted, accepted, drafting in zip(
-                rows.tolist(), output_lengths[rows].tolist(), state.iterations[rows].tolist(),
-                state.drafted[rows].tolist(), state.accepted[rows].tolist(), state.drafting[rows].tolist()):
-            finished[state.rows[row]] = DecodedSentence(
-                tokens=state.tokens[row, 1: length + 1].clone(),
-                cumulative_scores=state.cumulative[row, 1: length + 1].clone(),
-                iterations=iterations, seconds=seconds, drafted=drafted, accepted_drafts=accepted,
-                drafting_passes=drafting,
-            )

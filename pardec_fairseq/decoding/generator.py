@@ -8,7 +8,7 @@ import torch
 
 from pardec_fairseq.decoding.engine import DecodedSentence, DraftVerifyDecoder
 from pardec_fairseq.decoding.options import DecodingOptions
-from pardec_fairseq.decoding.stats import DecodingStats, SentenceStats
+from pardec_fairseq.decoding.stats import DecodingStats, SentenceCounter, SentenceStats
 
 
 class ParallelDecodingGenerator:
@@ -23,6 +23,8 @@ class ParallelDecodingGenerator:
         # what fairseq-generate strips from printed hypotheses, as for its own generator
         self.symbols_to_strip_from_output = {tgt_dict.eos()}
         self.stats = DecodingStats(algorithm)
+        self.counter = SentenceCounter(tgt_dict.eos())
+        decoder.observers.append(self.counter)
         if stats_path:
             # fairseq-generate has no end-of-run hook; write when the generator goes away or at exit
             weakref.finalize(self, self.stats.write, stats_path)
@@ -71,9 +73,8 @@ class ParallelDecodingGenerator:
         ids = sample["id"].tolist() if "id" in sample else range(len(sentences))
         self.stats.add_batch(
             [
-                SentenceStats(int(i), int(n), len(s.tokens), s.iterations, s.seconds, s.drafted,
-                              s.accepted_drafts, s.drafting_passes)
-                for i, n, s in zip(ids, src_lengths, sentences)
+                SentenceStats(int(i), int(n), len(s.tokens), *counts)
+                for i, n, s, counts in zip(ids, src_lengths, sentences, self.counter.sentences)
             ],
             seconds,
         )

@@ -1,8 +1,9 @@
 """How tools watch the draft -> verify -> accept loop without changing it.
 
-A tool (``--profile``, DDGviz, a test) appends a ``LoopObserver`` to ``DraftVerifyDecoder.observers``;
-the loop calls it after each pass's acceptance and, for observers that time the loop, hands over each
-part's time once the pass is done. Nothing is replaced or wrapped, so what a tool watches is what a
+A tool (the statistics, ``--profile``, DDGviz, a test) appends a ``LoopObserver`` to
+``DraftVerifyDecoder.observers``; the loop calls it when a batch starts, after each pass's acceptance,
+when rows end and leave, and, for observers that time the loop, hands over each part's time once the
+pass is done. Nothing is replaced or wrapped, so what a tool watches is what a
 user runs.
 """
 import time
@@ -21,8 +22,17 @@ class LoopObserver:
     # True: the loop times its parts for this observer (on a GPU it then waits for each part to finish)
     times_parts = False
 
+    def batch_started(self, rows: int, device: torch.device):
+        """A batch of ``rows`` sentences starts, before its encoder runs."""
+
     def after_pass(self, state, proposal, scores, verdict):
         """After the acceptance, before the cache rolls back and the output advances."""
+
+    def rows_ended(self, state, ended: torch.Tensor):
+        """The state's rows ``ended`` (``state.rows[ended]`` in the batch) just finished their output."""
+
+    def keep_rows(self, keep: torch.Tensor):
+        """The rows that ended left the state: its rows are now ``keep`` of the ones before."""
 
     def parts_timed(self, seconds: Dict[str, float]):
         """Seconds per part (``PARTS``) since the last call: the encoder and the drafter's start before

@@ -1,6 +1,6 @@
 """The small typed objects passed between drafter, verifier and acceptance rule."""
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -57,3 +57,16 @@ class Verdict:
     # [rows, m] for trees: the pass positions of the kept tokens (position 0, then the accepted path;
     # entries after a row's path repeat their index); None for chains (positions 0 .. accepted)
     path: Optional[Tensor] = None
+    _ends: Optional[Tensor] = field(default=None, init=False, repr=False)
+
+    def output_ends(self, eos: int) -> Tensor:
+        """``[rows]``: the index in ``tokens`` of each row's first kept EOS (one fairseq scored above
+        -inf), or ``m`` where none: a row's output ends there (the engine's state and the statistics
+        read it, so it is computed once)."""
+        if self._ends is None:
+            m = self.tokens.size(1)
+            offsets = torch.arange(m, device=self.tokens.device)
+            kept = offsets < self.accepted.unsqueeze(1) + 1
+            ends = kept & self.tokens.eq(eos) & self.cumulative.ne(-math.inf)
+            self._ends = torch.where(ends, offsets, m).min(1).values
+        return self._ends

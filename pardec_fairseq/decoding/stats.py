@@ -1,7 +1,13 @@
-"""Decoding statistics for ``--pardec-stats`` and the benchmark, counted by the shared loop."""
+"""Decoding statistics for ``--pardec-stats`` and the benchmark: counted per sentence by an observer
+of the shared loop (``SentenceCounter``), gathered per run (``DecodingStats``)."""
 import json
+import time
 from dataclasses import asdict, dataclass, field
-from typing import List
+from typing import List, Optional
+
+import torch
+
+from pardec_fairseq.decoding.observers import LoopObserver
 
 
 @dataclass
@@ -14,6 +20,42 @@ class SentenceStats:
     drafted: int = 0  # drafted tokens the verifier checked
     accepted_drafts: int = 0  # of those, the ones in the output
     drafting_passes: int = 0  # of its iterations, the ones that checked a draft
+
+
+class SentenceCounter(LoopObserver):
+    """Counts, for each sentence of the batch being decoded, its verifier passes, the drafted tokens
+    they checked, those that are in its output (none after its EOS) and the passes with a draft, and
+    the time from the batch's start to its last token: ``sentences[row]``, the fields of ``SentenceStats``
+    from ``iterations`` on. The counts of the rows still decoding live on their device, one vector
+    operation per pass for every row."""
+
+    _PASSES, _DRAFTED, _KEPT, _DRAFTING = range(4)
+
+    def __init__(self, eos: int):
+        self.eos = eos
+        self.sentences: List[Optional[tuple]] = []
+
+    def batch_started(self, rows, device):
+        self.start = time.perf_counter()
+        self.live = torch.zeros(4, rows, dtype=torch.long, device=device)
+        self.sentences = [None] * rows
+
+    def after_pass(self, state, proposal, scores, verdict):
+        live = self.live
+        live[self._PASSES] += 1
+        if proposal.tokens.size(1) > 0:  # a pass without any draft leaves the draft counts as they are
+            live[self._DRAFTED] += proposal.lengths
+            live[self._KEPT] += torch.minimum(verdict.accepted, verdict.output_ends(self.eos) + 1)
+            live[self._DRAFTING] += proposal.lengths > 0
+
+    def rows_ended(self, state, ended):
+        seconds = time.perf_counter() - self.start
+        for row, (passes, drafted, kept, drafting) in zip(state.rows[ended.cpu()].tolist(),
+                                                          self.live[:, ended].t().tolist()):
+            self.sentences[row] = (passes, seconds, drafted, kept, drafting)
+
+    def keep_rows(self, keep):
+        self.live = self.live[:, keep]
 
 
 @dataclass
