@@ -1,10 +1,24 @@
 #!/usr/bin/env bash
 # Moses-tokenize, learn a joint BPE on the training split, apply it, and binarize for fairseq.
-#   scripts/binarize.sh RAW_DIR OUT_DIR SRC TGT MERGES [MOSES_LANG]
+#   scripts/binarize.sh [--tokenized | --aggressive-dash-splits] RAW_DIR OUT_DIR SRC TGT MERGES [MOSES_LANG]
 # RAW_DIR holds {train,valid,test}.{SRC,TGT}; OUT_DIR gets tok/, bpe/ (with bpe/codes) and bin/.
 # MOSES_LANG is the tokenizer's language for both sides (default: each side's suffix).
+# --tokenized               the text is already tokenized (e.g. M2 files): tok/ gets it unchanged
+# --aggressive-dash-splits  Moses' -a: "well-known" -> "well @-@ known" (fairseq's WMT recipes)
 set -euo pipefail
-[ $# -eq 5 ] || [ $# -eq 6 ] || { echo "usage: $0 RAW_DIR OUT_DIR SRC TGT MERGES [MOSES_LANG]" >&2; exit 2; }
+usage="usage: $0 [--tokenized | --aggressive-dash-splits] RAW_DIR OUT_DIR SRC TGT MERGES [MOSES_LANG]"
+tokenized=0 tokenize_options=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tokenized) tokenized=1; shift ;;
+    --aggressive-dash-splits) tokenize_options=(--aggressive-dash-splits); shift ;;
+    --*) echo "binarize.sh: unknown option $1" >&2; echo "$usage" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+[ $# -eq 5 ] || [ $# -eq 6 ] || { echo "$usage" >&2; exit 2; }
+[ "$tokenized" -eq 0 ] || [ ${#tokenize_options[@]} -eq 0 ] || {
+  echo "binarize.sh: --tokenized and --aggressive-dash-splits exclude each other" >&2; exit 2; }
 raw=$1 out=$2 src=$3 tgt=$4 merges=$5 moses_lang=${6:-}
 bin_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.venv/bin" && pwd)
 mkdir -p "$out/tok" "$out/bpe"
@@ -22,7 +36,12 @@ for split in train valid test; do
     if empty=$(grep -n -m1 -v '[^[:space:]]' "$file"); then
       echo "binarize.sh: $file has an empty line (line ${empty%%:*}); remove or fill it" >&2; exit 1
     fi
-    quiet "$bin_dir/sacremoses" -l "${moses_lang:-$lang}" -j 2 tokenize < "$file" > "$out/tok/$split.$lang"
+    if [ "$tokenized" -eq 1 ]; then
+      cp "$file" "$out/tok/$split.$lang"
+    else
+      quiet "$bin_dir/sacremoses" -l "${moses_lang:-$lang}" -j 2 tokenize "${tokenize_options[@]}" \
+        < "$file" > "$out/tok/$split.$lang"
+    fi
   done
 done
 

@@ -1,7 +1,8 @@
 # Options shared by the examples' run.sh scripts; sourced, it sets preset, name, bench,
 # train_options (for train_transformer.sh) and bench_options (for bench.py). A recipe may set
-# default_algorithms (the plugin algorithms benchmarked without --algorithms) before sourcing it.
-preset=cpu name="" minutes=60 max_tokens=4096 nproc=1 bench=1 batch_size=1 warmup=()
+# default_algorithms (the plugin algorithms benchmarked without --algorithms) and default_preset
+# (the Transformer's preset without --preset; cpu unless set) before sourcing it.
+preset=${default_preset:-cpu} name="" minutes=60 max_tokens=4096 nproc=1 bench=1 batch_size=1 warmup=()
 # outputs at most 1.2 x source + 10 tokens, as in fairseq's translation examples
 bench_options=(--repetitions 2 --max-len-a 1.2 --max-len-b 10)
 read -ra algorithms <<< "${default_algorithms:-greedy}"

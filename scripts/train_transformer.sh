@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Train the autoregressive Transformer (the verifier of the plugin's algorithms) with fairseq-train.
-#   scripts/train_transformer.sh DATA_BIN SAVE_DIR -s SRC -t TGT [--preset cpu|base] [--minutes M]
+#   scripts/train_transformer.sh DATA_BIN SAVE_DIR -s SRC -t TGT [--preset cpu|base|big] [--minutes M]
 #                                [--max-tokens N] [--nproc N] [--init-from CKPT] [--warmup-updates N]
 #                                [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
 # --preset cpu   3+3 layers, d_model 256, FFN 1024, 4 heads, pre-norm, lr 1.5e-3, 300 warm-up
 #                updates (default; sized to learn fast on a 2-core CPU)
 # --preset base  transformer-base (Vaswani et al.): 6+6 layers, d_model 512, FFN 2048, 8 heads,
 #                lr 5e-4, 4000 warm-up updates
+# --preset big   transformer-big (Vaswani et al.; fairseq's transformer_vaswani_wmt_en_de_big):
+#                6+6 layers, d_model 1024, FFN 4096, 16 heads, dropout 0.3, lr 5e-4, 4000 warm-up updates
 # --minutes M    stop after M minutes of wall clock (default: at most 100 epochs)
 # --max-tokens N target-side batch size in tokens (default 4096; smaller gives more updates per minute)
 # --nproc N      N training processes through scripts/train_distributed.sh
@@ -16,7 +18,7 @@
 # --warmup-updates N  the learning rate's warm-up instead of the preset's (short runs learn sooner)
 # A finished training in SAVE_DIR (marked by SAVE_DIR/.trained) is reused; the log is SAVE_DIR/train.log.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,17p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,19p "$0" >&2; exit 2; }
 data=$1 save=$2; shift 2
 src="" tgt="" preset=cpu minutes="" max_tokens=4096 nproc=1 init_from="" warmup="" extra=()
 while [ $# -gt 0 ]; do
@@ -34,13 +36,18 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$src" ] && [ -n "$tgt" ] || { echo "train_transformer.sh: -s SRC and -t TGT are required" >&2; exit 2; }
+dropout=0.1
 case "$preset" in
   cpu) model=(--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256
               --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024
               --encoder-attention-heads 4 --decoder-attention-heads 4
               --encoder-normalize-before --decoder-normalize-before --lr 1.5e-3 --warmup-updates 300) ;;
   base) model=(--lr 5e-4 --warmup-updates 4000) ;;
-  *) echo "train_transformer.sh: --preset must be cpu or base" >&2; exit 2 ;;
+  big) model=(--encoder-layers 6 --decoder-layers 6 --encoder-embed-dim 1024 --decoder-embed-dim 1024
+              --encoder-ffn-embed-dim 4096 --decoder-ffn-embed-dim 4096
+              --encoder-attention-heads 16 --decoder-attention-heads 16 --lr 5e-4 --warmup-updates 4000)
+       dropout=0.3 ;;
+  *) echo "train_transformer.sh: --preset must be cpu, base or big" >&2; exit 2 ;;
 esac
 [ -z "$warmup" ] || model+=(--warmup-updates "$warmup")
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -51,7 +58,7 @@ if [ -f "$save/.trained" ]; then
 fi
 
 args=("$data" --user-dir "$root/pardec_fairseq" --task translation_pardec -s "$src" -t "$tgt"
-  --arch transformer "${model[@]}" --share-all-embeddings --dropout 0.1
+  --arch transformer "${model[@]}" --share-all-embeddings --dropout "$dropout"
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1
   --optimizer adam --adam-betas "(0.9,0.98)" --lr-scheduler inverse_sqrt --max-tokens "$max_tokens"
   --max-epoch 100 --save-dir "$save" --no-epoch-checkpoints

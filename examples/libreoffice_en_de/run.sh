@@ -54,19 +54,10 @@ bash "$root/scripts/train_transformer.sh" "$data/bin" "$save" -s en -t de "${tra
 [ "$bench" -eq 0 ] || "$python" "$root/scripts/bench.py" "$data/bin" \
   --path "$save/checkpoint_best.pt" -s en -t de --references "$data/raw/test.de" \
   --out-dir "$save" "${bench_options[@]}"
-if [ "$draft_head" -eq 1 ]; then
-  self_distilled="$save/self_distilled"
-  if [ ! -f "$self_distilled/.done" ]; then
-    bash "$root/scripts/distill.sh" "$data/bin" "$save/checkpoint_best.pt" "$self_distilled" -s en -t de --beam 1
-    touch "$self_distilled/.done"
-  fi
-  head="$save/head_k${head_block_size}_l${head_layers}_m$head_minutes"
-  bash "$root/scripts/train_draft_head.sh" "$self_distilled" "$save/checkpoint_best.pt" "$head" -s en -t de \
-    --minutes "$head_minutes" --block-size "$head_block_size" --layers "$head_layers" --nproc "$nproc"
-  [ "$bench" -eq 0 ] || "$python" "$root/scripts/bench.py" "$data/bin" --path "$save/checkpoint_best.pt" \
-    -s en -t de --drafter-path "$head/checkpoint_last.pt" --references "$data/raw/test.de" --out-dir "$head" \
-    "${bench_options[@]}" --algorithms greedy gad --name "bench_b$batch_size"
-fi
+no_bench=(); [ "$bench" -eq 1 ] || no_bench=(--no-bench)
+[ "$draft_head" -eq 0 ] || bash "$root/scripts/draft_head_recipe.sh" "$data/bin" "$save" -s en -t de \
+  --references "$data/raw/test.de" --minutes "$head_minutes" --block-size "$head_block_size" \
+  --layers "$head_layers" --nproc "$nproc" --algorithms gad "${no_bench[@]}" -- "${bench_options[@]}"
 [ "$gad" -eq 1 ] || exit 0
 
 distilled="$save/distilled_beam$distill_beam"

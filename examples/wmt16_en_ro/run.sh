@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# WMT16 English -> Romanian from the official archives to results, with the settings of Xia et al.
+# 2022 (GAD): prepare the data (prepare.sh: newsdev2016 valid, newstest2016 test, 40,000 joint BPE
+# merges) -> train the Transformer, the verifier (transformer-base by default) -> benchmark it on
+# newstest2016: greedy beside fairseq's greedy and beam search, and the algorithms that need no
+# training -> with --draft-head, self-distillation (the Transformer's greedy outputs of the training
+# set), a draft head trained on them and the benchmark of greedy and gad with it.
+#   examples/wmt16_en_ro/run.sh [--raw-dir DIR] [--bpe-merges N] [--preset cpu|base|big] [--minutes M]
+#       [--max-tokens N] [--nproc N] [--name NAME] [--bench-sentences N] [--batch-size B] [--repetitions R]
+#       [--algorithms "greedy lookahead retrieval hybrid-jacobi"] [--ctranslate2] [--threads "1 2"] [--no-bench]
+#       [--draft-head [--head-minutes 60] [--head-block-size 4] [--head-layers 1]
+#        [--head-algorithms "gad gad:refine=ngram,refine-drafts=4"]]
+# Training runs --minutes of wall clock (default 60; on a GPU give it hours). Without network,
+# --raw-dir DIR names the folder of the archives (prepare.sh says which).
+# Outputs go to runs/wmt16_en_ro/<NAME, default the preset>/ (scripts/translation_recipe.sh).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+exec bash "$root/scripts/translation_recipe.sh" wmt16_en_ro en ro "$@"

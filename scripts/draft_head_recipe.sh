@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The draft-head steps of a translation recipe (run.sh --draft-head), on its trained Transformer, which
+# stays frozen: the Transformer's own greedy outputs of the training set (scripts/distill.sh --beam 1,
+# into SAVE_DIR/self_distilled/), a draft head trained on them (scripts/train_draft_head.sh, into
+# SAVE_DIR/head_k<K>_l<L>_m<M>/), then the benchmark of greedy and ALGORITHMS with the head, into
+# that folder (bench_b<batch size>.{md,json,png}, named by the recipe's bench options).
+#   scripts/draft_head_recipe.sh DATA_BIN SAVE_DIR -s SRC -t TGT --references REF [--minutes 60]
+#       [--block-size 4] [--layers 1] [--nproc 1] [--algorithms "gad"] [--no-bench] [-- BENCH_OPTIONS...]
+# SAVE_DIR holds the Transformer (checkpoint_best.pt); BENCH_OPTIONS (the recipe's: batch size, name,
+# repetitions, ...) go to scripts/bench.py before --algorithms greedy ALGORITHMS.
+set -euo pipefail
+[ $# -ge 2 ] || { sed -n 2,10p "$0" >&2; exit 2; }
+data=$1 save=$2; shift 2
+src="" tgt="" references="" minutes=60 block_size=4 layers=1 nproc=1 algorithms="gad" bench=1 bench_options=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -s) src=$2; shift 2 ;;
+    -t) tgt=$2; shift 2 ;;
+    --references) references=$2; shift 2 ;;
+    --minutes) minutes=$2; shift 2 ;;
+    --block-size) block_size=$2; shift 2 ;;
+    --layers) layers=$2; shift 2 ;;
+    --nproc) nproc=$2; shift 2 ;;
+    --algorithms) algorithms=$2; shift 2 ;;
+    --no-bench) bench=0; shift ;;
+    --) shift; bench_options=("$@"); break ;;
+    *) echo "draft_head_recipe.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[ -n "$src" ] && [ -n "$tgt" ] && [ -n "$references" ] || {
+  echo "draft_head_recipe.sh: -s SRC, -t TGT and --references REF are required" >&2; exit 2; }
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+verifier="$save/checkpoint_best.pt"
+
+self_distilled="$save/self_distilled"
+if [ ! -f "$self_distilled/.done" ]; then
+  bash "$root/scripts/distill.sh" "$data" "$verifier" "$self_distilled" -s "$src" -t "$tgt" --beam 1
+  touch "$self_distilled/.done"
+fi
+head="$save/head_k${block_size}_l${layers}_m$minutes"
+bash "$root/scripts/train_draft_head.sh" "$self_distilled" "$verifier" "$head" -s "$src" -t "$tgt" \
+  --minutes "$minutes" --block-size "$block_size" --layers "$layers" --nproc "$nproc"
+[ "$bench" -eq 0 ] || { read -ra head_runs <<< "$algorithms"
+  "$root/.venv/bin/python" "$root/scripts/bench.py" "$data" --path "$verifier" -s "$src" -t "$tgt" \
+    --drafter-path "$head/checkpoint_last.pt" --references "$references" --out-dir "$head" \
+    "${bench_options[@]}" --algorithms greedy "${head_runs[@]}"; }

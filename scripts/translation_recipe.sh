@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The run.sh of the translation recipes built from official archives (examples/wmt14_en_de,
+# examples/wmt16_en_ro): prepare the data (examples/NAME/prepare.sh) -> train the Transformer, the
+# verifier (default preset base) -> benchmark it -> with --draft-head, a draft head on it
+# (scripts/draft_head_recipe.sh: self-distillation with distill.sh --beam 1, train_draft_head.sh)
+# and the benchmark of greedy and the head's algorithms.
+#   scripts/translation_recipe.sh NAME SRC TGT [OPTIONS...]
+# OPTIONS: those of scripts/recipe_options.sh; --raw-dir DIR and --bpe-merges N for prepare.sh (with
+# --bpe-merges, data and models go to data/NAME_bpe<N>/ and runs/NAME_bpe<N>/); --draft-head with
+# --head-minutes M (60), --head-block-size K (4), --head-layers L (1), --head-algorithms "..." (gad, and
+# gad with the draft chosen from the head's top-4 lattice by an n-gram model of the training targets).
+# Outputs: data/NAME/, runs/NAME/<NAME option, default the preset>/ (checkpoints, train.log,
+# bench_b<B>.{md,json,png}; with --draft-head self_distilled/ and head_k<K>_l<L>_m<M>/).
+set -euo pipefail
+[ $# -ge 3 ] || { sed -n 2,13p "$0" >&2; exit 2; }
+recipe=$1 src=$2 tgt=$3; shift 3
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+default_preset=base
+default_algorithms="greedy lookahead retrieval hybrid-jacobi"
+prepare_options=() data_name=$recipe
+draft_head=0 head_minutes=60 head_block_size=4 head_layers=1
+head_algorithms="gad gad:refine=ngram,refine-drafts=4"
+shared=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --raw-dir) prepare_options+=(--raw-dir "$2"); shift 2 ;;
+    --bpe-merges) prepare_options+=(--bpe-merges "$2"); data_name="${recipe}_bpe$2"; shift 2 ;;
+    --draft-head) draft_head=1; shift ;;
+    --head-minutes) head_minutes=$2; shift 2 ;;
+    --head-block-size) head_block_size=$2; shift 2 ;;
+    --head-layers) head_layers=$2; shift 2 ;;
+    --head-algorithms) head_algorithms=$2; shift 2 ;;
+    *) shared+=("$1"); shift ;;
+  esac
+done
+source "$root/scripts/recipe_options.sh" "${shared[@]}"
+data="$root/data/$data_name"
+save="$root/runs/$data_name/${name:-$preset}"
+
+bash "$root/examples/$recipe/prepare.sh" "${prepare_options[@]}" "$data"
+bash "$root/scripts/train_transformer.sh" "$data/bin" "$save" -s "$src" -t "$tgt" "${train_options[@]}"
+[ "$bench" -eq 0 ] || "$root/.venv/bin/python" "$root/scripts/bench.py" "$data/bin" \
+  --path "$save/checkpoint_best.pt" -s "$src" -t "$tgt" --references "$data/raw/test.$tgt" \
+  --out-dir "$save" "${bench_options[@]}"
+no_bench=(); [ "$bench" -eq 1 ] || no_bench=(--no-bench)
+[ "$draft_head" -eq 0 ] || bash "$root/scripts/draft_head_recipe.sh" "$data/bin" "$save" -s "$src" -t "$tgt" \
+  --references "$data/raw/test.$tgt" --minutes "$head_minutes" --block-size "$head_block_size" \
+  --layers "$head_layers" --nproc "$nproc" --algorithms "$head_algorithms" "${no_bench[@]}" -- "${bench_options[@]}"
