@@ -38,15 +38,17 @@ def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), block_size=st.integers(1, 6), layers=st.integers(1, 2),
        eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
-       verifier_path=st.sampled_from(["fast", "fairseq"]), pre_norm=st.booleans(), compiled=st.booleans())
+       verifier_path=st.sampled_from(["fast", "fairseq"]), pre_norm=st.booleans(), compiled=st.booleans(),
+       draft_vocab=st.sampled_from([0, 3, 9]))
 def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size, layers, eos_bias, batch, max_len_b,
-                                                               batch_of, verifier_path, pre_norm, compiled):
+                                                               batch_of, verifier_path, pre_norm, compiled,
+                                                               draft_vocab):
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias,
                                  decoder_normalize_before=pre_norm, encoder_normalize_before=pre_norm)
     collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
     expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
-    drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval())
+    drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval(), draft_vocab=draft_vocab)
     assert drafter.compiled is not None
     if not compiled:  # the head's layers through torch, as on a GPU
         drafter.compiled = None
@@ -55,6 +57,20 @@ def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size,
                            drafter=drafter)
     assert_same_hypotheses(expected, actual)
     assert stats.iterations <= stats.tokens
+
+
+def test_draft_vocab_projects_onto_the_dictionarys_first_words_alone():
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=5)
+    model = build_head(verifier).eval()
+    states = torch.randn(2, 3, verifier.decoder.output_embed_dim)
+    all_words = DraftHeadDrafter(model).output_layer(states)
+    first_words = DraftHeadDrafter(model, draft_vocab=7).output_layer(states)
+    assert all_words.shape[-1] == len(dictionary) and first_words.shape[-1] == 7
+    torch.testing.assert_close(first_words, all_words[..., :7])
+    for words in (-1, len(dictionary) + 1):
+        with pytest.raises(ValueError, match=rf"--draft-vocab {words} is not .* \(0 to {len(dictionary)}\)"):
+            DraftHeadDrafter(model, draft_vocab=words)
 
 
 def test_slot_targets_are_the_next_tokens_after_each_prefix():
@@ -166,9 +182,9 @@ def test_a_head_trained_through_fairseq_train_decodes_losslessly(toy_experiment,
 
     greedy = hypotheses(run_fairseq(*generate, "--beam", 1, "--batch-size", 16))
     assert len(greedy) == 100
-    for batch_size in (1, 16):
+    for batch_size, draft_vocab in ((1, 0), (16, 0), (16, 10)):
         gad = run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", toy_head["checkpoint"],
-                          "--batch-size", batch_size)
+                          "--batch-size", batch_size, "--draft-vocab", draft_vocab)
         assert hypotheses(gad) == greedy
     # a head trained for other verifier weights is refused before decoding
     verifier_state = checkpoint_utils.load_checkpoint_to_cpu(str(toy_experiment["checkpoint"]))

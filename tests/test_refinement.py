@@ -166,6 +166,9 @@ def test_refine_options_build_the_refined_drafter_and_name_what_is_missing(tmp_p
     with pytest.raises(ValueError, match="--refine-top-k"):
         build_generator("bpd", [model], dictionary, generation,
                         DecodingConfig(refine="ngram", refine_corpus=prefix, refine_top_k=0))
+    with pytest.raises(ValueError, match="--draft-vocab 2 keeps fewer words than the lattice's --refine-top-k 3"):
+        build_generator("bpd", [model], dictionary, generation,
+                        DecodingConfig(refine_drafts=2, refine_top_k=3, draft_vocab=2))
 
 
 def test_local_neural_rescoring_picks_by_the_language_model_given_the_draft_so_far():

@@ -60,7 +60,8 @@ def hybrid_jacobi(cfg, src_dict, tgt_dict, models):
 @register_algorithm("bpd")
 def blockwise_parallel_decoding(cfg, src_dict, tgt_dict, models):
     decoder = models[0].decoder
-    return BlockwiseHeadsDrafter(decoder, draft_refinement(cfg, tgt_dict, next(decoder.parameters())))
+    return BlockwiseHeadsDrafter(decoder, draft_refinement(cfg, tgt_dict, next(decoder.parameters())),
+                                 cfg.draft_vocab)
 
 
 @register_algorithm("gad")
@@ -69,7 +70,8 @@ def generalized_aggressive_decoding(cfg, src_dict, tgt_dict, models):
     state, arch = load_drafter_checkpoint(cfg.drafter_path)
     refinement = draft_refinement(cfg, tgt_dict, next(models[0].parameters()))
     if arch == "draft_head":
-        return DraftHeadDrafter.from_state(cfg.drafter_path, state, src_dict, tgt_dict, models[0], refinement)
+        return DraftHeadDrafter.from_state(cfg.drafter_path, state, src_dict, tgt_dict, models[0], refinement,
+                                           cfg.draft_vocab)
     if refinement is not None:
         raise ValueError("--refine and --refine-drafts choose drafts from the lattice of a drafter's top-k tokens "
                          "per position: bpd's heads or a draft_head (--drafter-path); a block_nat drafter's "

@@ -115,6 +115,14 @@ class DecodingConfig(FairseqDataclass):
     retrieval_occurrences: int = field(
         default=256, metadata={"help": "retrieval: occurrences of the matched suffix (an even sample when there "
                                "are more) among which the most frequent continuation is drafted"})
+    draft_vocab: int = field(
+        default=0,
+        metadata={"help": "bpd, and gad with a draft_head: the heads (slots) draft among the first N words of "
+                  "the target dictionary alone, the most frequent ones (fairseq's dictionaries are sorted by "
+                  "frequency); 0: among all. Their projection then reads N rows of the output matrix instead "
+                  "of all: on a CPU at batch 1 that projection costs as much as the verifier's own. Lossless: "
+                  "the drafts are verified as always"},
+    )
     refine: REFINE_CHOICES = field(
         default="none",
         metadata={"help": "bpd, and gad with a draft_head: how drafts are chosen from the lattice of the heads' "

@@ -7,6 +7,7 @@ of the pass (before the output advances), and ``keep_rows`` follows finished row
 """
 import torch
 
+from pardec_fairseq.decoding.fast_ops import Product
 from pardec_fairseq.decoding.proposals import Proposal
 
 
@@ -36,6 +37,21 @@ def output_tail(state, width):
     where a column reaches back before BOS (it holds BOS again there)."""
     columns = state.lengths.unsqueeze(1) - width + 1 + torch.arange(width, device=state.lengths.device)
     return state.tokens.gather(1, columns.clamp(min=0)), columns < 0
+
+
+def draft_projection(decoder, words: int) -> Product:
+    """``decoder``'s output projection onto its first ``words`` words (all of them with 0), re-laid.
+    fairseq's dictionaries list words by frequency after the special symbols, so a drafter that
+    projects its own states onto the most frequent words alone reads a fraction of the output
+    matrix, which otherwise costs it as much as the verifier's own projection; its drafts are
+    verified as any others, so the output stays the same."""
+    vocabulary = decoder.output_projection.out_features
+    if not 0 <= words <= vocabulary:
+        raise ValueError(f"--draft-vocab {words} is not a number of words of the target dictionary (0 to "
+                         f"{vocabulary}); 0 drafts among all of them")
+    weight, bias = decoder.output_projection.weight.detach(), decoder.output_projection.bias
+    kept = slice(0, words or vocabulary)
+    return Product(weight[kept].t(), None if bias is None else bias.detach()[kept])
 
 
 def source_to_target(src_dict, tgt_dict):

@@ -10,16 +10,17 @@ top-1 (Kim et al. 2024).
 import torch
 import torch.nn.functional as F
 
-from pardec_fairseq.decoding.drafters import Drafter
+from pardec_fairseq.decoding.drafters import Drafter, draft_projection
 from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.fast_ops import Product
 from pardec_fairseq.decoding.proposals import Proposal
 
 
 class BlockwiseHeadsDrafter(Drafter):
-    def __init__(self, decoder, refinement=None):
+    def __init__(self, decoder, refinement=None, draft_vocab: int = 0):
         """``refinement``: a ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from
-        the heads' top-k lattice (``None``: each head's top-1)."""
+        the heads' top-k lattice (``None``: each head's top-1); ``draft_vocab``: heads 2..k draft among
+        the dictionary's first ``draft_vocab`` words (0: all)."""
         heads = getattr(decoder, "blockwise_heads", None)
         if heads is None:
             raise ValueError("--gen-algo bpd drafts with the heads of a blockwise_transformer model: train one with "
@@ -33,7 +34,7 @@ class BlockwiseHeadsDrafter(Drafter):
         # re-laid weights (``nn.Linear`` read the output matrix once per head)
         with torch.no_grad():
             self.fc1, self.fc2 = Product.of(heads.fc1), Product.of(heads.fc2)
-            self.output = Product.of(decoder.output_projection)
+            self.output = draft_projection(decoder, draft_vocab)
 
     def begin(self, net_input, max_len, encoded=None):
         src_tokens = net_input["src_tokens"]

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from fairseq.models.transformer import TransformerDecoderBase
 
 from pardec_fairseq.decoding.compiled_layers import CompiledLayers, compiles
-from pardec_fairseq.decoding.drafters import Drafter
+from pardec_fairseq.decoding.drafters import Drafter, draft_projection
 from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
 from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.fast_ops import Norm, Product
@@ -43,10 +43,11 @@ class _Layers:
 
 
 class DraftHeadDrafter(Drafter):
-    def __init__(self, model: DraftHeadModel, refinement=None):
+    def __init__(self, model: DraftHeadModel, refinement=None, draft_vocab: int = 0):
         """Drafts with ``model``'s head re-laid (the model is left as it is); ``refinement``: a
         ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from the slots' top-k
-        lattice (``None``: each slot's top-1)."""
+        lattice (``None``: each slot's top-1); ``draft_vocab``: the slots draft among the dictionary's
+        first ``draft_vocab`` words (0: all)."""
         head, self.verifier = model.head, model.verifier
         self.refinement = refinement
         self.drafts_trees = refinement is not None and refinement.drafts > 1
@@ -56,13 +57,18 @@ class DraftHeadDrafter(Drafter):
             self.memory = [Product.of(layer.memory_kv) for layer in head.layers]
             self.fuse, self.slot_embedding = Product.of(head.fuse), head.slot_embedding.detach()
             decoder = self.verifier.decoder
-            stock_output = type(decoder).output_layer is TransformerDecoderBase.output_layer
-            self.output_layer = Product.of(decoder.output_projection) if stock_output else decoder.output_layer
+            if type(decoder).output_layer is TransformerDecoderBase.output_layer:
+                self.output_layer = draft_projection(decoder, draft_vocab)
+            elif draft_vocab:
+                raise ValueError(f"--draft-vocab: {type(decoder).__name__} replaces fairseq's output layer, so "
+                                 "the draft head cannot project onto part of the vocabulary; drop --draft-vocab")
+            else:
+                self.output_layer = decoder.output_layer
         layers = _Layers(self.layers)
         self.compiled = CompiledLayers(layers) if compiles(layers) else None
 
     @classmethod
-    def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None):
+    def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=0):
         saved = state.get("task_state", {})
         check_dictionaries(path, saved, src_dict, tgt_dict)
         if not same_fingerprint(saved.get("verifier_fingerprint", []), verifier_fingerprint(verifier)):
@@ -76,7 +82,7 @@ class DraftHeadDrafter(Drafter):
         model = DraftHeadModel(head, verifier)
         model.load_state_dict(state["model"], strict=True, model_cfg=args)
         parameter = next(verifier.parameters())
-        return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement)
+        return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement, draft_vocab)
 
     def begin(self, net_input, max_len, encoded=None):
         if encoded is None or encoded[0] is None:
