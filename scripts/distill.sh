@@ -5,9 +5,10 @@
 #   scripts/distill.sh DATA_BIN TEACHER.pt OUT_BIN -s SRC -t TGT [--beam 5] [--batch-size 64]
 #                      [--max-len-a 1.2 --max-len-b 10] [--cpu]
 # OUT_BIN gets the distilled train split, the dictionaries of DATA_BIN and its valid/test splits
-# unchanged, so models trained on it share the teacher's vocabulary.
+# unchanged, so models trained on it share the teacher's vocabulary. With --beam 1 (self-distillation
+# for a draft head) the plugin's greedy search decodes: fairseq's beam-1 output, sooner.
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n 2,9p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,10p "$0" >&2; exit 2; }
 data=$1 teacher=$2 out=$3; shift 3
 src="" tgt="" beam=5 batch_size=64 max_len_a=1.2 max_len_b=10 extra=()
 while [ $# -gt 0 ]; do
@@ -28,9 +29,11 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv="$root/.venv/bin"
 mkdir -p "$out/text"
 
+search=(--beam "$beam")
+[ "$beam" != 1 ] || search=(--gen-algo greedy)
 # the plugin's task sees every sentence (fairseq 0.12 would drop the remainder batch)
 "$venv/fairseq-generate" "$data" --user-dir "$root/pardec_fairseq" --task translation_pardec \
-  --gen-subset train --path "$teacher" -s "$src" -t "$tgt" --beam "$beam" --batch-size "$batch_size" \
+  --gen-subset train --path "$teacher" -s "$src" -t "$tgt" "${search[@]}" --batch-size "$batch_size" \
   --max-len-a "$max_len_a" --max-len-b "$max_len_b" "${extra[@]}" > "$out/text/generate.log"
 "$venv/python" - "$out/text" "$src" "$tgt" <<'PY'
 import re, sys

@@ -2,6 +2,7 @@
 processes, sequence-level distillation, the blockwise results table."""
 import filecmp
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from fairseq import checkpoint_utils
 from fairseq.data import Dictionary, data_utils
 from omegaconf import OmegaConf
 
-from conftest import REPO, TINY_TRANSFORMER, USER_DIR
+from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.checkpoint_safety import allow_fairseq_checkpoints
 
 pytestmark = pytest.mark.slow  # every test here runs a script in a subprocess
@@ -89,6 +90,20 @@ def test_distill_replaces_train_targets_and_keeps_the_rest(toy_experiment, tmp_p
     distilled_sources = data_utils.load_indexed_dataset(str(out / "train.src-tgt.src"), dictionary)
     assert len(distilled) == 600
     assert all(distilled_sources[i].tolist() == original_sources[i].tolist() for i in range(600))
+
+
+def test_self_distillation_is_fairseqs_greedy_output(toy_experiment, tmp_path):
+    """``--beam 1`` decodes with the plugin's greedy search: the targets are fairseq's beam-1 outputs."""
+    data, out = toy_experiment["data"], tmp_path / "self_distilled"
+    run_script("distill.sh", data, toy_experiment["checkpoint"], out, "-s", "src", "-t", "tgt", "--beam", 1)
+    fairseq_greedy = run_fairseq("generate", data, "--user-dir", USER_DIR, "--path", toy_experiment["checkpoint"],
+                                 "--gen-subset", "train", "--beam", 1, "--batch-size", 64, "--max-len-a", 1.2,
+                                 "--max-len-b", 10)
+    expected = {int(i): text for i, text in re.findall(r"^H-(\d+)\t\S+\t(.*)$", fairseq_greedy, flags=re.M)}
+    dictionary = Dictionary.load(str(out / "dict.tgt.txt"))
+    distilled = data_utils.load_indexed_dataset(str(out / "train.src-tgt.tgt"), dictionary)
+    assert len(expected) == len(distilled) == 600
+    assert all(dictionary.string(distilled[i]) == expected[i] for i in range(600))
 
 
 def test_check_lossless_compares_every_sentence_through_fairseq_generate(toy_experiment, toy_drafter):
