@@ -25,8 +25,9 @@ from test_scripts import free_port, run_script
 from tiny import build_transformer, make_batch, make_dictionary
 
 
-def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0):
-    args = argparse.Namespace(head_layers=layers, head_attention_heads=2, head_ffn_dim=24, dropout=dropout)
+def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_dropout=0.0):
+    args = argparse.Namespace(head_layers=layers, head_attention_heads=2, head_ffn_dim=24, dropout=dropout,
+                              head_attention_dropout=attention_dropout)
     draft_head_architecture(args)
     torch.manual_seed(seed)
     decoder = verifier.decoder
@@ -147,6 +148,41 @@ def test_the_loss_scores_the_slots_before_the_end_alone():
     assert all(p.grad is None for p in verifier.parameters())
 
 
+def test_a_head_drafting_among_the_first_words_is_trained_on_those_alone():
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=2, layers=1).eval()
+    model = build_head(verifier, block_size=2).eval()
+    model.draft_vocab = 10  # words 10 and above are not drafted, so not scored
+    batch = make_batch(dictionary, [[4, 5, 6], [7, 8]], targets=[[9, 10, 11], [12]])
+    task = SimpleNamespace(target_dictionary=dictionary, verifier=verifier)
+    loss, sample_size, log = DraftHeadLossCriterion(task, label_smoothing=0.0)(model, batch)
+    # slots after each prefix: (9 10) (10 11) (11 EOS) (EOS pad) and (12 EOS) (EOS pad) (pad pad) (pad pad)
+    targets = slot_targets(batch["target"], dictionary.pad(), 2)
+    scored = targets.ne(dictionary.pad()) & targets.lt(10)
+    assert sample_size == 3 + 2 == int(scored.sum())  # 9 and two EOS, two EOS
+    assert log["prefixes"] == 4 + 2  # every prefix before the end counts in the accuracy
+    features = model(**batch["net_input"])
+    logits = model.output_layer(features[scored])
+    assert logits.shape == (5, 10)
+    lprobs = torch.log_softmax(logits, -1)
+    assert loss.item() == pytest.approx(-lprobs.gather(1, targets[scored].unsqueeze(1)).sum().item(), rel=1e-5)
+    # of the 6 first slots, the 3 whose words the head cannot draft count as wrong
+    first = scored[:, :, 0]
+    right = model.output_layer(features[:, :, 0][first]).argmax(-1).eq(targets[:, :, 0][first])
+    assert first.sum() == 3 and log["slot1_correct"] == int(right.sum())
+
+
+def test_attention_dropout_is_its_own_option():
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=2, layers=1)
+    batch = make_batch(dictionary, [[4, 5, 6], [7, 8]], targets=[[9, 10, 11], [12]])
+    for attention_dropout, same in ((0.0, True), (0.5, False)):
+        model = build_head(verifier, attention_dropout=attention_dropout).train()  # no other dropout
+        torch.manual_seed(0)
+        first = model(**batch["net_input"])
+        assert torch.equal(first, model(**batch["net_input"])) == same
+
+
 def test_the_head_saves_its_own_weights_and_keeps_the_verifier_in_eval_mode():
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=1, layers=1)
@@ -169,7 +205,7 @@ def toy_head(toy_experiment, tmp_path_factory):
     checkpoints = tmp_path_factory.mktemp("toy_head")
     log = run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, *DRAFT_HEAD,
                       "--verifier-path", toy_experiment["checkpoint"], "--max-update", 4, "--save-dir", checkpoints,
-                      "--log-interval", 1, "--log-format", "simple")
+                      "--log-interval", 1, "--log-format", "simple", "--draft-vocab", 16)
     return {"checkpoint": checkpoints / "checkpoint_last.pt", "log": log}
 
 
@@ -177,14 +213,20 @@ def test_a_head_trained_through_fairseq_train_decodes_losslessly(toy_experiment,
     assert "accepted" in toy_head["log"] and "slot1_acc" in toy_head["log"]
     state = checkpoint_utils.load_checkpoint_to_cpu(str(toy_head["checkpoint"]))
     assert not any(key.startswith("verifier.") for key in state["model"])
+    # trained to draft among the first 16 words, it drafts among them unless told otherwise
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(toy_experiment["checkpoint"])])
+    for draft_vocab, words in ((None, 16), (0, len(task.target_dictionary)), (10, 10)):
+        drafter = DraftHeadDrafter.from_state(toy_head["checkpoint"], state, task.source_dictionary,
+                                              task.target_dictionary, models[0], draft_vocab=draft_vocab)
+        assert drafter.output_layer.weight.size(1) == words
     generate = ("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
                 "--path", toy_experiment["checkpoint"], "--gen-subset", "test", "--max-len-b", 20)
 
     greedy = hypotheses(run_fairseq(*generate, "--beam", 1, "--batch-size", 16))
     assert len(greedy) == 100
-    for batch_size, draft_vocab in ((1, 0), (16, 0), (16, 10)):
+    for batch_size, draft_vocab in ((1, ()), (16, ()), (16, ("--draft-vocab", 0))):
         gad = run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", toy_head["checkpoint"],
-                          "--batch-size", batch_size, "--draft-vocab", draft_vocab)
+                          "--batch-size", batch_size, *draft_vocab)
         assert hypotheses(gad) == greedy
     # a head trained for other verifier weights is refused before decoding
     verifier_state = checkpoint_utils.load_checkpoint_to_cpu(str(toy_experiment["checkpoint"]))

@@ -1,8 +1,9 @@
 """``draft_head_loss``: cross-entropy of the ``draft_head`` drafter's slots.
 
 After each prefix of ``t`` target tokens, slot ``i`` is trained on target token ``t + i`` (the
-EOS included); slots past the end of the sentence are not scored. Only the scored slots are
-projected onto the vocabulary. Besides the loss it logs ``slot1_acc`` (the first slot's accuracy)
+EOS included); slots past the end of the sentence are not scored, nor, for a head drafting among
+the first ``--draft-vocab`` words, slots whose target is another word. Only the scored slots are
+projected onto the (head's) vocabulary. Besides the loss it logs ``slot1_acc`` (the first slot's accuracy)
 and ``accepted``: the mean number of leading slots predicted right, what exact acceptance would
 keep of each draft if the verifier's outputs were the targets (train on its own greedy outputs).
 """
@@ -43,19 +44,23 @@ class DraftHeadLossCriterion(FairseqCriterion):
         features = model(**sample["net_input"])  # [rows, T, k, d]
         rows, length, block_size, _ = features.shape
         targets = slot_targets(sample["target"], self.padding_idx, block_size)
-        scored = targets.ne(self.padding_idx)
+        real = targets.ne(self.padding_idx)
+        # a head drafting among the first --draft-vocab words is trained on those words alone
+        scored = real & targets.lt(model.draft_vocab) if model.draft_vocab else real
         logits = model.output_layer(features[scored])
-        lprobs = F.log_softmax(logits.float(), dim=-1)
-        loss, nll = label_smoothed_nll_loss(lprobs, targets[scored], self.epsilon)
+        if self.epsilon == 0.0:  # one fused softmax and its gradient over the [slots, vocabulary] logits
+            loss = nll = F.cross_entropy(logits.float(), targets[scored], reduction="sum")
+        else:
+            loss, nll = label_smoothed_nll_loss(F.log_softmax(logits.float(), dim=-1), targets[scored], self.epsilon)
         right = torch.zeros_like(scored)
         right[scored] = logits.argmax(-1).eq(targets[scored])
-        # leading slots right, at the prefixes whose first slot is scored
-        leading = right.long().cumprod(2).sum(2)[scored[:, :, 0]]
+        # leading slots right, at the prefixes before the end (a word the head cannot draft is wrong)
+        leading = right.long().cumprod(2).sum(2)[real[:, :, 0]]
         sample_size = int(scored.sum())
         logging_output = {
             "loss": loss.data, "nll_loss": nll.data, "ntokens": sample_size, "nsentences": rows,
             "sample_size": sample_size, "prefixes": leading.numel(), "accepted": int(leading.sum()),
-            "slot1_correct": int(right[:, :, 0][scored[:, :, 0]].sum()),
+            "slot1_correct": int(right[:, :, 0][real[:, :, 0]].sum()),
         }
         return loss, sample_size, logging_output
 

@@ -115,13 +115,15 @@ class DecodingConfig(FairseqDataclass):
     retrieval_occurrences: int = field(
         default=256, metadata={"help": "retrieval: occurrences of the matched suffix (an even sample when there "
                                "are more) among which the most frequent continuation is drafted"})
-    draft_vocab: int = field(
-        default=0,
+    draft_vocab: Optional[int] = field(
+        default=None,
         metadata={"help": "bpd, and gad with a draft_head: the heads (slots) draft among the first N words of "
                   "the target dictionary alone, the most frequent ones (fairseq's dictionaries are sorted by "
-                  "frequency); 0: among all. Their projection then reads N rows of the output matrix instead "
-                  "of all: on a CPU at batch 1 that projection costs as much as the verifier's own. Lossless: "
-                  "the drafts are verified as always"},
+                  "frequency), so their projection reads N rows of the output matrix instead of all; on a CPU "
+                  "at batch 1 that projection costs as much as the verifier's own. Lossless: the drafts are "
+                  "verified as always. 0: all words; default: a draft head's own (the --draft-vocab it was "
+                  "trained with: --task translation_draft_head then scores and trains those words alone), "
+                  "else all"},
     )
     refine: REFINE_CHOICES = field(
         default="none",

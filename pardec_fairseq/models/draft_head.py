@@ -19,6 +19,7 @@ from typing import List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
+from fairseq.models.transformer import TransformerDecoderBase
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
 
@@ -26,11 +27,12 @@ from torch import Tensor, nn
 class HeadLayer(nn.Module):
     """A pre-norm decoder layer whose self-attention also reads keys and values of the prefix states."""
 
-    def __init__(self, dim: int, encoder_dim: int, heads: int, ffn_dim: int, dropout: float):
+    def __init__(self, dim: int, encoder_dim: int, heads: int, ffn_dim: int, dropout: float,
+                 attention_dropout: float):
         super().__init__()
         if dim % heads:
             raise ValueError(f"--head-attention-heads {heads} must divide the verifier's decoder output size {dim}")
-        self.heads, self.dropout = heads, dropout
+        self.heads, self.dropout, self.attention_dropout = heads, dropout, attention_dropout
         self.self_norm, self.enc_norm, self.ffn_norm = LayerNorm(dim), LayerNorm(dim), LayerNorm(dim)
         self.q, self.slot_kv, self.memory_kv = nn.Linear(dim, dim), nn.Linear(dim, 2 * dim), nn.Linear(dim, 2 * dim)
         self.self_out = nn.Linear(dim, dim)
@@ -48,7 +50,7 @@ class HeadLayer(nn.Module):
 
     def attend(self, q: Tensor, keys: Tensor, values: Tensor, visible: Tensor) -> Tensor:
         out = F.scaled_dot_product_attention(self.split(q), keys, values, attn_mask=visible,
-                                             dropout_p=self.dropout if self.training else 0.0)
+                                             dropout_p=self.attention_dropout if self.training else 0.0)
         return out.transpose(1, 2).reshape(q.shape)
 
     def forward(self, x, memory: Tuple[Tensor, Tensor], visible, encoder: Tuple[Tensor, Tensor], encoder_visible):
@@ -75,7 +77,8 @@ class DraftHead(nn.Module):
         self.fuse = nn.Linear(embed_dim + dim, dim)
         self.slot_embedding = nn.Parameter(torch.randn(block_size, dim) * dim ** -0.5)
         self.layers = nn.ModuleList(HeadLayer(dim, encoder_dim, args.head_attention_heads, args.head_ffn_dim,
-                                              args.dropout) for _ in range(args.head_layers))
+                                              args.dropout, args.head_attention_dropout)
+                                    for _ in range(args.head_layers))
         self.final_norm = LayerNorm(dim)
 
     def slots(self, token_embedding: Tensor, last_state: Tensor) -> Tensor:
@@ -96,6 +99,18 @@ class DraftHead(nn.Module):
         for layer, memory, encoder in zip(self.layers, memories, encoders):
             x = layer(x, memory, visible, encoder, encoder_visible)
         return self.final_norm(x)
+
+
+def first_words(projection: nn.Linear, words: int) -> Tuple[Tensor, Optional[Tensor]]:
+    """The weight and bias rows of an output ``projection`` for the first ``words`` words of the
+    dictionary (all of them with 0): fairseq's dictionaries list words by frequency after the special
+    symbols, so drafting among the most frequent words reads and trains a fraction of the output
+    matrix (LibreOffice En-De: the first 4,096 of 8,296 cover 94% of a verifier's output tokens)."""
+    if not 0 <= words <= projection.out_features:
+        raise ValueError(f"--draft-vocab {words} is not a number of words of the target dictionary (0 to "
+                         f"{projection.out_features}); 0 drafts among all of them")
+    kept = slice(0, words or projection.out_features)
+    return projection.weight[kept], None if projection.bias is None else projection.bias[kept]
 
 
 def verifier_fingerprint(verifier) -> list:
@@ -121,9 +136,10 @@ def source_visible(padding: Optional[Tensor], enc: Tensor) -> Tensor:
 class DraftHeadModel(BaseFairseqModel):
     """The head with its frozen verifier: only the head's weights train and are saved."""
 
-    def __init__(self, head: DraftHead, verifier):
+    def __init__(self, head: DraftHead, verifier, draft_vocab: int = 0):
+        """``draft_vocab``: the head drafts among the dictionary's first ``draft_vocab`` words (0: all)."""
         super().__init__()
-        self.head = head
+        self.head, self.draft_vocab = head, draft_vocab
         self.attach(verifier)
 
     @staticmethod
@@ -132,6 +148,10 @@ class DraftHeadModel(BaseFairseqModel):
         parser.add_argument("--head-attention-heads", type=int, help="attention heads per layer")
         parser.add_argument("--head-ffn-dim", type=int, help="inner size of each layer's feed-forward block")
         parser.add_argument("--dropout", type=float, help="dropout in the head")
+        parser.add_argument("--head-attention-dropout", type=float,
+                            help="dropout of the head's attention weights (as fairseq's --attention-dropout; each "
+                            "slot's attention spans every prefix state and slot of a sentence in training, so it "
+                            "is costly there too)")
 
     @classmethod
     def build_model(cls, args, task):
@@ -139,7 +159,13 @@ class DraftHeadModel(BaseFairseqModel):
         decoder = verifier.decoder
         head = DraftHead(args, task.cfg.block_size, decoder.embed_tokens.embedding_dim, decoder.output_embed_dim,
                          verifier.encoder.embed_tokens.embedding_dim)
-        return cls(head, verifier)
+        draft_vocab = task.cfg.draft_vocab or 0
+        if draft_vocab:
+            if type(decoder).output_layer is not TransformerDecoderBase.output_layer:
+                raise ValueError(f"--draft-vocab: the verifier's {type(decoder).__name__} replaces fairseq's output "
+                                 "layer, so the head cannot project onto part of the vocabulary; drop --draft-vocab")
+            first_words(decoder.output_projection, draft_vocab)  # a number of words the dictionary has
+        return cls(head, verifier, draft_vocab)
 
     def attach(self, verifier):
         """Ride on ``verifier``, kept in eval mode (its weights are frozen by the training task)."""
@@ -164,7 +190,10 @@ class DraftHeadModel(BaseFairseqModel):
         return self.verifier.max_positions()
 
     def output_layer(self, features: Tensor) -> Tensor:
-        return self.verifier.decoder.output_layer(features)
+        """Logits over the words the head drafts among."""
+        if not self.draft_vocab:
+            return self.verifier.decoder.output_layer(features)
+        return F.linear(features, *first_words(self.verifier.decoder.output_projection, self.draft_vocab))
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
         """Slot features ``[rows, T, k, d]`` for every prefix length ``t`` of the targets whose
@@ -193,3 +222,4 @@ def draft_head_architecture(args):
     args.head_attention_heads = getattr(args, "head_attention_heads", 4)
     args.head_ffn_dim = getattr(args, "head_ffn_dim", 1024)
     args.dropout = getattr(args, "dropout", 0.1)
+    args.head_attention_dropout = getattr(args, "head_attention_dropout", 0.0)

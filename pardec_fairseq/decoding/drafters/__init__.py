@@ -9,6 +9,7 @@ import torch
 
 from pardec_fairseq.decoding.fast_ops import Product
 from pardec_fairseq.decoding.proposals import Proposal
+from pardec_fairseq.models.draft_head import first_words
 
 
 class Drafter:
@@ -39,19 +40,15 @@ def output_tail(state, width):
     return state.tokens.gather(1, columns.clamp(min=0)), columns < 0
 
 
-def draft_projection(decoder, words: int) -> Product:
-    """``decoder``'s output projection onto its first ``words`` words (all of them with 0), re-laid.
-    fairseq's dictionaries list words by frequency after the special symbols, so a drafter that
-    projects its own states onto the most frequent words alone reads a fraction of the output
-    matrix, which otherwise costs it as much as the verifier's own projection; its drafts are
-    verified as any others, so the output stays the same."""
-    vocabulary = decoder.output_projection.out_features
-    if not 0 <= words <= vocabulary:
-        raise ValueError(f"--draft-vocab {words} is not a number of words of the target dictionary (0 to "
-                         f"{vocabulary}); 0 drafts among all of them")
-    weight, bias = decoder.output_projection.weight.detach(), decoder.output_projection.bias
-    kept = slice(0, words or vocabulary)
-    return Product(weight[kept].t(), None if bias is None else bias.detach()[kept])
+def draft_projection(decoder, words: int, refinement=None) -> Product:
+    """``decoder``'s output projection onto its first ``words`` words (all of them with 0), re-laid:
+    drafts among the most frequent words are verified as any others, so the output stays the same.
+    ``refinement``: the one choosing drafts from the top-k lattice of these words, if any."""
+    weight, bias = first_words(decoder.output_projection, words)
+    if refinement is not None and weight.size(0) < refinement.top_k:
+        raise ValueError(f"--draft-vocab {words} keeps fewer words than the lattice's --refine-top-k "
+                         f"{refinement.top_k} candidates per position: raise --draft-vocab or lower --refine-top-k")
+    return Product(weight.detach().t(), None if bias is None else bias.detach())
 
 
 def source_to_target(src_dict, tgt_dict):

@@ -34,7 +34,7 @@ class BlockwiseHeadsDrafter(Drafter):
         # re-laid weights (``nn.Linear`` read the output matrix once per head)
         with torch.no_grad():
             self.fc1, self.fc2 = Product.of(heads.fc1), Product.of(heads.fc2)
-            self.output = draft_projection(decoder, draft_vocab)
+            self.output = draft_projection(decoder, draft_vocab, refinement)
 
     def begin(self, net_input, max_len, encoded=None):
         src_tokens = net_input["src_tokens"]

@@ -58,7 +58,7 @@ class DraftHeadDrafter(Drafter):
             self.fuse, self.slot_embedding = Product.of(head.fuse), head.slot_embedding.detach()
             decoder = self.verifier.decoder
             if type(decoder).output_layer is TransformerDecoderBase.output_layer:
-                self.output_layer = draft_projection(decoder, draft_vocab)
+                self.output_layer = draft_projection(decoder, draft_vocab, refinement)
             elif draft_vocab:
                 raise ValueError(f"--draft-vocab: {type(decoder).__name__} replaces fairseq's output layer, so "
                                  "the draft head cannot project onto part of the vocabulary; drop --draft-vocab")
@@ -68,7 +68,8 @@ class DraftHeadDrafter(Drafter):
         self.compiled = CompiledLayers(layers) if compiles(layers) else None
 
     @classmethod
-    def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=0):
+    def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=None):
+        """``draft_vocab``: ``None`` for the words the head was trained to draft among."""
         saved = state.get("task_state", {})
         check_dictionaries(path, saved, src_dict, tgt_dict)
         if not same_fingerprint(saved.get("verifier_fingerprint", []), verifier_fingerprint(verifier)):
@@ -82,6 +83,8 @@ class DraftHeadDrafter(Drafter):
         model = DraftHeadModel(head, verifier)
         model.load_state_dict(state["model"], strict=True, model_cfg=args)
         parameter = next(verifier.parameters())
+        if draft_vocab is None:
+            draft_vocab = getattr(state["cfg"].task, "draft_vocab", None) or 0
         return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement, draft_vocab)
 
     def begin(self, net_input, max_len, encoded=None):

@@ -206,9 +206,6 @@ def draft_refinement(cfg, tgt_dict, like: Tensor):
     """The refinement of ``--refine``/``--refine-drafts`` (``None``: each position's top-1), its
     language model on ``like``'s device and dtype."""
     refine = getattr(cfg.refine, "value", cfg.refine)
-    if (refine != "none" or cfg.refine_drafts != 1) and 0 < cfg.draft_vocab < cfg.refine_top_k:
-        raise ValueError(f"--draft-vocab {cfg.draft_vocab} keeps fewer words than the lattice's --refine-top-k "
-                         f"{cfg.refine_top_k} candidates per position: raise --draft-vocab or lower --refine-top-k")
     if refine == "neural":
         if cfg.refine_drafts != 1:
             raise ValueError("--refine neural chooses one draft per pass (greedy local rescoring): drop "
