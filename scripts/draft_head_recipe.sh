@@ -2,16 +2,18 @@
 # The draft-head steps of a translation recipe (run.sh --draft-head), on its trained Transformer, which
 # stays frozen: the Transformer's own greedy outputs of the training set (scripts/distill.sh --beam 1,
 # into SAVE_DIR/self_distilled/), a draft head trained on them (scripts/train_draft_head.sh, into
-# SAVE_DIR/head_k<K>_l<L>_m<M>/), then the benchmark of greedy and ALGORITHMS with the head, into
-# that folder (bench_b<batch size>.{md,json,png}, named by the recipe's bench options).
+# SAVE_DIR/head_k<K>_l<L>_m<M>/, head_k<K>_l<L>_v<N>_m<M>/ with --draft-vocab N), then the benchmark of
+# greedy and ALGORITHMS with the head, into that folder (bench_b<batch size>.{md,json,png}, named by the recipe's bench options).
 #   scripts/draft_head_recipe.sh DATA_BIN SAVE_DIR -s SRC -t TGT --references REF [--minutes 60]
-#       [--block-size 4] [--layers 1] [--nproc 1] [--algorithms "gad"] [--no-bench] [-- BENCH_OPTIONS...]
+#       [--block-size 4] [--layers 1] [--draft-vocab 0] [--nproc 1] [--algorithms "gad"] [--no-bench]
+#       [-- BENCH_OPTIONS...]
 # SAVE_DIR holds the Transformer (checkpoint_best.pt); BENCH_OPTIONS (the recipe's: batch size, name,
 # repetitions, ...) go to scripts/bench.py before --algorithms greedy ALGORITHMS.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,10p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,11p "$0" >&2; exit 2; }
 data=$1 save=$2; shift 2
-src="" tgt="" references="" minutes=60 block_size=4 layers=1 nproc=1 algorithms="gad" bench=1 bench_options=()
+src="" tgt="" references="" minutes=60 block_size=4 layers=1 draft_vocab=0 nproc=1 algorithms="gad" bench=1
+bench_options=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -s) src=$2; shift 2 ;;
@@ -20,6 +22,7 @@ while [ $# -gt 0 ]; do
     --minutes) minutes=$2; shift 2 ;;
     --block-size) block_size=$2; shift 2 ;;
     --layers) layers=$2; shift 2 ;;
+    --draft-vocab) draft_vocab=$2; shift 2 ;;
     --nproc) nproc=$2; shift 2 ;;
     --algorithms) algorithms=$2; shift 2 ;;
     --no-bench) bench=0; shift ;;
@@ -37,9 +40,10 @@ if [ ! -f "$self_distilled/.done" ]; then
   bash "$root/scripts/distill.sh" "$data" "$verifier" "$self_distilled" -s "$src" -t "$tgt" --beam 1
   touch "$self_distilled/.done"
 fi
-head="$save/head_k${block_size}_l${layers}_m$minutes"
+vocab=""; [ "$draft_vocab" = 0 ] || vocab="_v$draft_vocab"
+head="$save/head_k${block_size}_l${layers}${vocab}_m$minutes"
 bash "$root/scripts/train_draft_head.sh" "$self_distilled" "$verifier" "$head" -s "$src" -t "$tgt" \
-  --minutes "$minutes" --block-size "$block_size" --layers "$layers" --nproc "$nproc"
+  --minutes "$minutes" --block-size "$block_size" --layers "$layers" --draft-vocab "$draft_vocab" --nproc "$nproc"
 [ "$bench" -eq 0 ] || { read -ra head_runs <<< "$algorithms"
   "$root/.venv/bin/python" "$root/scripts/bench.py" "$data" --path "$verifier" -s "$src" -t "$tgt" \
     --drafter-path "$head/checkpoint_last.pt" --references "$references" --out-dir "$head" \

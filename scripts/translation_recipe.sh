@@ -7,18 +7,19 @@
 #   scripts/translation_recipe.sh NAME SRC TGT [OPTIONS...]
 # OPTIONS: those of scripts/recipe_options.sh; --raw-dir DIR and --bpe-merges N for prepare.sh (with
 # --bpe-merges, data and models go to data/NAME_bpe<N>/ and runs/NAME_bpe<N>/); --draft-head with
-# --head-minutes M (60), --head-block-size K (4), --head-layers L (1), --head-algorithms "..." (gad, and
+# --head-minutes M (60), --head-block-size K (4), --head-layers L (1), --head-draft-vocab N (0: all
+# words; see train_draft_head.sh --draft-vocab), --head-algorithms "..." (gad, and
 # gad with the draft chosen from the head's top-4 lattice by an n-gram model of the training targets).
 # Outputs: data/NAME/, runs/NAME/<NAME option, default the preset>/ (checkpoints, train.log,
 # bench_b<B>.{md,json,png}; with --draft-head self_distilled/ and head_k<K>_l<L>_m<M>/).
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n 2,13p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,14p "$0" >&2; exit 2; }
 recipe=$1 src=$2 tgt=$3; shift 3
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 default_preset=base
 default_algorithms="greedy lookahead retrieval hybrid-jacobi"
 prepare_options=() data_name=$recipe
-draft_head=0 head_minutes=60 head_block_size=4 head_layers=1
+draft_head=0 head_minutes=60 head_block_size=4 head_layers=1 head_draft_vocab=0
 head_algorithms="gad gad:refine=ngram,refine-drafts=4"
 shared=()
 while [ $# -gt 0 ]; do
@@ -29,6 +30,7 @@ while [ $# -gt 0 ]; do
     --head-minutes) head_minutes=$2; shift 2 ;;
     --head-block-size) head_block_size=$2; shift 2 ;;
     --head-layers) head_layers=$2; shift 2 ;;
+    --head-draft-vocab) head_draft_vocab=$2; shift 2 ;;
     --head-algorithms) head_algorithms=$2; shift 2 ;;
     *) shared+=("$1"); shift ;;
   esac
@@ -45,4 +47,5 @@ bash "$root/scripts/train_transformer.sh" "$data/bin" "$save" -s "$src" -t "$tgt
 no_bench=(); [ "$bench" -eq 1 ] || no_bench=(--no-bench)
 [ "$draft_head" -eq 0 ] || bash "$root/scripts/draft_head_recipe.sh" "$data/bin" "$save" -s "$src" -t "$tgt" \
   --references "$data/raw/test.$tgt" --minutes "$head_minutes" --block-size "$head_block_size" \
-  --layers "$head_layers" --nproc "$nproc" --algorithms "$head_algorithms" "${no_bench[@]}" -- "${bench_options[@]}"
+  --layers "$head_layers" --draft-vocab "$head_draft_vocab" --nproc "$nproc" --algorithms "$head_algorithms" \
+  "${no_bench[@]}" -- "${bench_options[@]}"

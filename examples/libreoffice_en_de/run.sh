@@ -11,18 +11,19 @@
 #       [--bench-sentences N] [--batch-size B] [--repetitions R] [--algorithms "greedy jacobi gs-jacobi hybrid-jacobi"] [--no-bench]
 #       [--gad [--distill-beam 5] [--verifier-minutes 20] [--drafter-minutes 30] [--block-size 10]
 #        [--context-window 0] [--soft-copy] [--gad-algorithms "gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"]]
-#       [--draft-head [--head-minutes 60] [--head-block-size 4] [--head-layers 1]]
+#       [--draft-head [--head-minutes 60] [--head-block-size 4] [--head-layers 1] [--head-draft-vocab 4096]]
 # Training options are those of scripts/train_transformer.sh (default: cpu preset, 60 minutes).
 # Outputs go to runs/libreoffice_en_de/<NAME, default the preset>/: checkpoints, train.log and
 # bench_b<batch size>.{md,json,png}; with --gad also distilled_beam<B>/ (the distilled data),
 # gad/verifier/, gad/drafter_k<K>_w<W>/ and gad/bench_k<K>_w<W>_b<batch size>.{md,json,png} (with
 # --soft-copy, a drafter that soft-copies the source into its slots: k<K>_w<W>_copy in both names);
-# with --draft-head also self_distilled/ (the greedy outputs), head_k<K>_l<L>_m<M>/ and
-# head_k<K>_l<L>_m<M>/bench_b<batch size>.{md,json,png}.
+# with --draft-head also self_distilled/ (the greedy outputs), head_k<K>_l<L>_v<N>_m<M>/ and
+# head_k<K>_l<L>_v<N>_m<M>/bench_b<batch size>.{md,json,png} (head_k<K>_l<L>_m<M>/ with
+# --head-draft-vocab 0: a head drafting among all words rather than the 4,096 most frequent).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 default_algorithms="greedy jacobi gs-jacobi hybrid-jacobi"
-draft_head=0 head_minutes=60 head_block_size=4 head_layers=1
+draft_head=0 head_minutes=60 head_block_size=4 head_layers=1 head_draft_vocab=4096
 gad=0 distill_beam=5 verifier_minutes=20 drafter_minutes=30 block_size=10 context_window=0
 gad_algorithms="gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"
 soft_copy=()
@@ -34,6 +35,7 @@ while [ $# -gt 0 ]; do
     --head-minutes) head_minutes=$2; shift 2 ;;
     --head-block-size) head_block_size=$2; shift 2 ;;
     --head-layers) head_layers=$2; shift 2 ;;
+    --head-draft-vocab) head_draft_vocab=$2; shift 2 ;;
     --distill-beam) distill_beam=$2; shift 2 ;;
     --verifier-minutes) verifier_minutes=$2; shift 2 ;;
     --drafter-minutes) drafter_minutes=$2; shift 2 ;;
@@ -57,7 +59,8 @@ bash "$root/scripts/train_transformer.sh" "$data/bin" "$save" -s en -t de "${tra
 no_bench=(); [ "$bench" -eq 1 ] || no_bench=(--no-bench)
 [ "$draft_head" -eq 0 ] || bash "$root/scripts/draft_head_recipe.sh" "$data/bin" "$save" -s en -t de \
   --references "$data/raw/test.de" --minutes "$head_minutes" --block-size "$head_block_size" \
-  --layers "$head_layers" --nproc "$nproc" --algorithms gad "${no_bench[@]}" -- "${bench_options[@]}"
+  --layers "$head_layers" --draft-vocab "$head_draft_vocab" --nproc "$nproc" --algorithms gad "${no_bench[@]}" \
+  -- "${bench_options[@]}"
 [ "$gad" -eq 1 ] || exit 0
 
 distilled="$save/distilled_beam$distill_beam"
