@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
-from pardec_fairseq.decoding import build_generator
+from pardec_fairseq.decoding import DecodingConfig, build_generator
 from pardec_fairseq.decoding.observers import LoopObserver
 from pardec_fairseq.models.draft_head import DraftHead, DraftHeadModel, draft_head_architecture
 from test_lossless_matches_fairseq import (GENERATION_DEFAULTS, assert_same_hypotheses, fairseq_beam_one, plugin,
@@ -215,9 +215,10 @@ def test_a_head_trained_through_fairseq_train_decodes_losslessly(toy_experiment,
     assert not any(key.startswith("verifier.") for key in state["model"])
     # trained to draft among the first 16 words, it drafts among them unless told otherwise
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(toy_experiment["checkpoint"])])
+    generation = argparse.Namespace(**GENERATION_DEFAULTS)
     for draft_vocab, words in ((None, 16), (0, len(task.target_dictionary)), (10, 10)):
-        drafter = DraftHeadDrafter.from_state(toy_head["checkpoint"], state, task.source_dictionary,
-                                              task.target_dictionary, models[0], draft_vocab=draft_vocab)
+        decoding = DecodingConfig(drafter_path=str(toy_head["checkpoint"]), draft_vocab=draft_vocab)
+        drafter = build_generator("gad", models, task.target_dictionary, generation, decoding).decoder.drafter
         assert drafter.output_layer.weight.size(1) == words
     generate = ("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
                 "--path", toy_experiment["checkpoint"], "--gen-subset", "test", "--max-len-b", 20)

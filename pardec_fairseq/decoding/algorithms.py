@@ -71,7 +71,7 @@ def generalized_aggressive_decoding(cfg, src_dict, tgt_dict, models):
     refinement = draft_refinement(cfg, tgt_dict, next(models[0].parameters()))
     if arch == "draft_head":
         return DraftHeadDrafter.from_state(cfg.drafter_path, state, src_dict, tgt_dict, models[0], refinement,
-                                           cfg.draft_vocab or 0)
+                                           cfg.draft_vocab)
     if refinement is not None:
         raise ValueError("--refine and --refine-drafts choose drafts from the lattice of a drafter's top-k tokens "
                          "per position: bpd's heads or a draft_head (--drafter-path); a block_nat drafter's "
