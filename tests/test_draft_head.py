@@ -220,6 +220,9 @@ def test_a_head_trained_through_fairseq_train_decodes_losslessly(toy_experiment,
         decoding = DecodingConfig(drafter_path=str(toy_head["checkpoint"]), draft_vocab=draft_vocab)
         drafter = build_generator("gad", models, task.target_dictionary, generation, decoding).decoder.drafter
         assert drafter.output_layer.weight.size(1) == words
+    del state["cfg"].model.head_attention_dropout  # a head saved before the option existed still loads
+    DraftHeadDrafter.from_state(toy_head["checkpoint"], state, task.source_dictionary, task.target_dictionary,
+                                models[0])
     generate = ("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
                 "--path", toy_experiment["checkpoint"], "--gen-subset", "test", "--max-len-b", 20)
 

@@ -21,8 +21,8 @@ from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.fast_ops import Norm, Product
 from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, run_layers
 from pardec_fairseq.decoding.proposals import Proposal
-from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, same_fingerprint,
-                                              verifier_fingerprint)
+from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, draft_head_architecture,
+                                              same_fingerprint, verifier_fingerprint)
 
 
 def relaid(layer: HeadLayer) -> DecoderLayer:
@@ -77,6 +77,7 @@ class DraftHeadDrafter(Drafter):
                              "decoding here (its weights differ): train a head with --verifier-path set to this "
                              "checkpoint")
         args = state["cfg"].model
+        draft_head_architecture(args)  # defaults for options added since the head was saved
         decoder = verifier.decoder
         head = DraftHead(args, state["cfg"].task.block_size, decoder.embed_tokens.embedding_dim,
                          decoder.output_embed_dim, verifier.encoder.embed_tokens.embedding_dim)
