@@ -3,14 +3,15 @@
 # stays frozen: the Transformer's own greedy outputs of the training set (scripts/distill.sh --beam 1,
 # into SAVE_DIR/self_distilled/), a draft head trained on them (scripts/train_draft_head.sh, into
 # SAVE_DIR/head_k<K>_l<L>_m<M>/, head_k<K>_l<L>_v<N>_m<M>/ with --draft-vocab N), then the benchmark of
-# greedy and ALGORITHMS with the head, into that folder (bench_b<batch size>.{md,json,png}, named by the recipe's bench options).
+# greedy and ALGORITHMS with the head, into that folder (bench_b<batch size>.{md,json,png}, named by
+# the recipe's bench options).
 #   scripts/draft_head_recipe.sh DATA_BIN SAVE_DIR -s SRC -t TGT --references REF [--minutes 60]
 #       [--block-size 4] [--layers 1] [--draft-vocab 0] [--nproc 1] [--algorithms "gad"] [--no-bench]
 #       [-- BENCH_OPTIONS...]
 # SAVE_DIR holds the Transformer (checkpoint_best.pt); BENCH_OPTIONS (the recipe's: batch size, name,
 # repetitions, ...) go to scripts/bench.py before --algorithms greedy ALGORITHMS.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,11p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,12p "$0" >&2; exit 2; }
 data=$1 save=$2; shift 2
 src="" tgt="" references="" minutes=60 block_size=4 layers=1 draft_vocab=0 nproc=1 algorithms="gad" bench=1
 bench_options=()
