@@ -74,6 +74,29 @@ def test_draft_vocab_projects_onto_the_dictionarys_first_words_alone():
             DraftHeadDrafter(model, draft_vocab=words)
 
 
+def test_draft_vocab_is_refused_for_a_verifier_with_its_own_output_layer():
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=5)
+    decoder = verifier.decoder
+
+    class OwnOutputLayer(type(decoder)):
+        def output_layer(self, features):
+            return super().output_layer(features) * 2
+
+    decoder.__class__ = OwnOutputLayer
+    model = build_head(verifier).eval()
+    states = torch.randn(1, 3, decoder.output_embed_dim)
+    torch.testing.assert_close(DraftHeadDrafter(model).output_layer(states), decoder.output_layer(states))
+    refusal = "--draft-vocab: .*OwnOutputLayer replaces fairseq's output layer.*drop --draft-vocab"
+    with pytest.raises(ValueError, match=refusal):
+        DraftHeadDrafter(model, draft_vocab=7)
+    task = SimpleNamespace(verifier=verifier, cfg=SimpleNamespace(block_size=2, draft_vocab=7))
+    args = argparse.Namespace()
+    draft_head_architecture(args)
+    with pytest.raises(ValueError, match=refusal):
+        DraftHeadModel.build_model(args, task)
+
+
 def test_slot_targets_are_the_next_tokens_after_each_prefix():
     pad = 1
     target = torch.tensor([[10, 11, 12, 2], [20, 2, pad, pad]])

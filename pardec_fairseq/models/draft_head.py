@@ -113,6 +113,17 @@ def first_words(projection: nn.Linear, words: int) -> Tuple[Tensor, Optional[Ten
     return projection.weight[kept], None if projection.bias is None else projection.bias[kept]
 
 
+def has_fairseq_output_layer(decoder, draft_vocab: int) -> bool:
+    """Whether ``decoder`` projects with fairseq's own output layer, which a head can cut to its first
+    ``draft_vocab`` words; a decoder with its own output layer is refused with ``--draft-vocab``."""
+    if type(decoder).output_layer is TransformerDecoderBase.output_layer:
+        return True
+    if draft_vocab:
+        raise ValueError(f"--draft-vocab: the verifier's {type(decoder).__name__} replaces fairseq's output layer, "
+                         "so the head cannot project onto part of the vocabulary; drop --draft-vocab")
+    return False
+
+
 def verifier_fingerprint(verifier) -> list:
     """Sums that tell one verifier's weights from another's (output projection and embeddings)."""
     decoder = verifier.decoder
@@ -160,10 +171,7 @@ class DraftHeadModel(BaseFairseqModel):
         head = DraftHead(args, task.cfg.block_size, decoder.embed_tokens.embedding_dim, decoder.output_embed_dim,
                          verifier.encoder.embed_tokens.embedding_dim)
         draft_vocab = task.cfg.draft_vocab or 0
-        if draft_vocab:
-            if type(decoder).output_layer is not TransformerDecoderBase.output_layer:
-                raise ValueError(f"--draft-vocab: the verifier's {type(decoder).__name__} replaces fairseq's output "
-                                 "layer, so the head cannot project onto part of the vocabulary; drop --draft-vocab")
+        if draft_vocab and has_fairseq_output_layer(decoder, draft_vocab):
             first_words(decoder.output_projection, draft_vocab)  # a number of words the dictionary has
         return cls(head, verifier, draft_vocab)
 

@@ -12,7 +12,6 @@ acceptance keeps the verifier's greedy output whatever it drafts.
 """
 import torch
 import torch.nn.functional as F
-from fairseq.models.transformer import TransformerDecoderBase
 
 from pardec_fairseq.decoding.compiled_layers import CompiledLayers, compiles
 from pardec_fairseq.decoding.drafters import Drafter, draft_projection
@@ -22,7 +21,8 @@ from pardec_fairseq.decoding.fast_ops import Norm, Product
 from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, run_layers
 from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, draft_head_architecture,
-                                              same_fingerprint, verifier_fingerprint)
+                                              has_fairseq_output_layer, same_fingerprint,
+                                              verifier_fingerprint)
 
 
 def relaid(layer: HeadLayer) -> DecoderLayer:
@@ -57,13 +57,8 @@ class DraftHeadDrafter(Drafter):
             self.memory = [Product.of(layer.memory_kv) for layer in head.layers]
             self.fuse, self.slot_embedding = Product.of(head.fuse), head.slot_embedding.detach()
             decoder = self.verifier.decoder
-            if type(decoder).output_layer is TransformerDecoderBase.output_layer:
-                self.output_layer = draft_projection(decoder, draft_vocab, refinement)
-            elif draft_vocab:
-                raise ValueError(f"--draft-vocab: {type(decoder).__name__} replaces fairseq's output layer, so "
-                                 "the draft head cannot project onto part of the vocabulary; drop --draft-vocab")
-            else:
-                self.output_layer = decoder.output_layer
+            self.output_layer = draft_projection(decoder, draft_vocab, refinement) \
+                if has_fairseq_output_layer(decoder, draft_vocab) else decoder.output_layer
         layers = _Layers(self.layers)
         self.compiled = CompiledLayers(layers) if compiles(layers) else None
 
