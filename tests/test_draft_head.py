@@ -16,6 +16,7 @@ from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
 from pardec_fairseq.decoding import DecodingConfig, build_generator
+from pardec_fairseq.decoding.engine import DecodingState
 from pardec_fairseq.decoding.observers import LoopObserver
 from pardec_fairseq.models.draft_head import DraftHead, DraftHeadModel, draft_head_architecture
 from test_lossless_matches_fairseq import (GENERATION_DEFAULTS, assert_same_hypotheses, fairseq_beam_one, plugin,
@@ -52,7 +53,7 @@ def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size,
     drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval(), draft_vocab=draft_vocab)
     assert drafter.compiled is not None
     if not compiled:  # the head's layers through torch, as on a GPU
-        drafter.compiled = None
+        drafter.compiled = drafter.compiled_head = None
     decoding = SimpleNamespace(verifier=verifier_path)
     actual, stats = plugin("greedy", [verifier], dictionary, collated, decoding=decoding, max_len_b=max_len_b,
                            drafter=drafter)
@@ -95,6 +96,36 @@ def test_draft_vocab_is_refused_for_a_verifier_with_its_own_output_layer():
     draft_head_architecture(args)
     with pytest.raises(ValueError, match=refusal):
         DraftHeadModel.build_model(args, task)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+@torch.no_grad()
+def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations_do(layers):
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=3, layers=2).eval()
+    model = build_head(verifier, block_size=3, layers=layers, seed=4).eval()
+    compiled, plain = DraftHeadDrafter(model), DraftHeadDrafter(model)
+    assert compiled.compiled_head is not None
+    plain.compiled_head = None
+    batch = make_batch(dictionary, [[4, 5, 6, 7, 8], [9, 10], [11, 12, 13]])
+    encoded = verifier.encoder(**batch["net_input"])
+    encoded = (encoded["encoder_out"][0].transpose(0, 1), encoded["encoder_padding_mask"][0])
+    state = DecodingState.begin(3, 20, dictionary.eos(), dictionary.pad(), torch.device("cpu"))
+    state.tokens[:, 1:] = torch.randint(4, len(dictionary), state.tokens[:, 1:].shape)
+    for drafter in (compiled, plain):
+        drafter.begin(batch["net_input"], 20, encoded)
+    generator = torch.Generator().manual_seed(5)
+    for accepted in ([0, 2, 1], [3, 0, 2], [1, 1, 0]):  # drafted tokens kept by each pass, per row
+        drafts = [drafter.propose(state).tokens for drafter in (compiled, plain)]
+        assert drafts[0].shape == (3, 3) and torch.equal(drafts[0], drafts[1])
+        states = torch.randn(3, 4, verifier.decoder.output_embed_dim, generator=generator)
+        scores = SimpleNamespace(hidden_states=lambda model: states)
+        verdict = SimpleNamespace(path=None, accepted=torch.tensor(accepted))
+        for drafter in (compiled, plain):
+            drafter.update(scores, verdict, state)
+        torch.testing.assert_close(compiled.cache.buffers, plain.cache.buffers)
+        torch.testing.assert_close(compiled.last_state, plain.last_state)
+        state.lengths += verdict.accepted + 1
 
 
 def test_slot_targets_are_the_next_tokens_after_each_prefix():
@@ -296,3 +327,4 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
                             capture_output=True, text=True, timeout=600)
     assert failed.returncode != 0 and "train_draft_head.sh: fairseq-train failed" in failed.stderr
     assert not (tmp_path / "broken" / ".trained").exists()
+

@@ -221,7 +221,7 @@ def test_the_compiled_exp_softmax_and_layer_norm_match_torch():
     weight, bias = generator.standard_normal((2, 256)).astype(np.float32)
     expected = torch.nn.functional.layer_norm(torch.from_numpy(x), (256,), torch.from_numpy(weight),
                                               torch.from_numpy(bias), 1e-5)
-    np.testing.assert_allclose(compiled_layers._norm_rows(x, weight, bias, np.float32(1e-5)), expected.numpy(),
+    np.testing.assert_allclose(compiled_layers.norm_rows(x, weight, bias, np.float32(1e-5)), expected.numpy(),
                                rtol=1e-5, atol=1e-5)
 
 

@@ -5,7 +5,7 @@ norms, attention over a few dozen columns, residuals, cache writes) is hundreds 
 few vectors. Issued one by one from Python each costs about a microsecond of call overhead (numpy) or
 several (torch), more than the arithmetic: on this project's CPU the layers of one greedy step of the
 3-layer d-256 demo model took 352 us as ~200 numpy calls and 173 us as one compiled call, whose time
-is its matrix products. Every pass runs its layers as one compiled call (``_pass_layers``,
+is its matrix products. Every pass runs its layers as one compiled call (``pass_layers``,
 following ``DecoderLayer.forward``, fairseq's decoder layer, exactly) with the matrix products on the
 vector kernel (``vector_kernels``); the one-row, one-token pass (greedy at batch 1, and every pass
 without a draft) also embeds and normalises in numpy (``RowStep``). The compiled code is cached
@@ -68,7 +68,7 @@ def _dot(a, b):
 
 
 @numba.njit(cache=True, nogil=True)
-def _norm_rows(x, weight, bias, eps):
+def norm_rows(x, weight, bias, eps):
     """``F.layer_norm`` of each row of ``x`` ``[m, d]``."""
     out = np.empty_like(x)
     for r in range(x.shape[0]):
@@ -222,7 +222,7 @@ def _activate(h, activation):
 
 
 @numba.njit(cache=True, nogil=True)
-def _pass_layers(x, first, cache_rows, sees, chain, keys, values, enc_keys, enc_values, enc_padding, padded, products,
+def pass_layers(x, first, cache_rows, sees, chain, keys, values, enc_keys, enc_values, enc_padding, padded, products,
                  biases, widths, norms, eps, heads, normalize_before, cross_attention, activation):
     """Every decoder layer of a pass, as ``DecoderLayer.forward``: ``x`` ``[rows, n, d]`` the new tokens'
     inputs, token ``i`` of row ``r`` written at buffer column ``first[r] + i`` of ``keys[l]``/
@@ -235,25 +235,25 @@ def _pass_layers(x, first, cache_rows, sees, chain, keys, values, enc_keys, enc_
     flat = x.reshape((rows * n, d))
     for layer in range(len(keys)):
         w, b, width, norm, epsilon = products[layer], biases[layer], widths[layer], norms[layer], eps[layer]
-        h = _norm_rows(flat, norm[0, 0], norm[1, 0], epsilon[0]) if normalize_before else flat
+        h = norm_rows(flat, norm[0, 0], norm[1, 0], epsilon[0]) if normalize_before else flat
         qkv = vector_kernels.product(h, w[0], b[0], width[0]).reshape((rows, n, width[0]))
         attended = _self_attend_rows(qkv, keys[layer], values[layer], first, cache_rows, sees, chain, heads)
         flat = flat + vector_kernels.product(attended.reshape((rows * n, d)), w[1], b[1], width[1])
         if not normalize_before:
-            flat = _norm_rows(flat, norm[0, 0], norm[1, 0], epsilon[0])
+            flat = norm_rows(flat, norm[0, 0], norm[1, 0], epsilon[0])
         if cross_attention:
-            h = _norm_rows(flat, norm[0, 1], norm[1, 1], epsilon[1]) if normalize_before else flat
+            h = norm_rows(flat, norm[0, 1], norm[1, 1], epsilon[1]) if normalize_before else flat
             q = vector_kernels.product(h, w[2], b[2], width[2]).reshape((rows, n, d))
             attended = _cross_attend_rows(q, enc_keys[layer], enc_values[layer], enc_padding, padded, cache_rows, heads)
             flat = flat + vector_kernels.product(attended.reshape((rows * n, d)), w[3], b[3], width[3])
             if not normalize_before:
-                flat = _norm_rows(flat, norm[0, 1], norm[1, 1], epsilon[1])
-        h = _norm_rows(flat, norm[0, 2], norm[1, 2], epsilon[2]) if normalize_before else flat
+                flat = norm_rows(flat, norm[0, 1], norm[1, 1], epsilon[1])
+        h = norm_rows(flat, norm[0, 2], norm[1, 2], epsilon[2]) if normalize_before else flat
         inner = vector_kernels.product(h, w[4], b[4], width[4])
         _activate(inner.reshape(-1), activation)
         flat = flat + vector_kernels.product(inner, w[5], b[5], width[5])
         if not normalize_before:
-            flat = _norm_rows(flat, norm[0, 2], norm[1, 2], epsilon[2])
+            flat = norm_rows(flat, norm[0, 2], norm[1, 2], epsilon[2])
     return flat.reshape((rows, n, d))
 
 
@@ -315,7 +315,7 @@ class _CompiledWeights(_LayerKind):
         cache.reserve(int(first.max()) + x.shape[1])
         sees = _NO_TREE if tree is None else tree.sees.numpy()
         cache_rows = np.arange(x.shape[0]) if rows is None else rows
-        return _pass_layers(x, first, cache_rows, sees, tree is None, *cache.numpy_views(), *self.weights)
+        return pass_layers(x, first, cache_rows, sees, tree is None, *cache.numpy_views(), *self.weights)
 
 
 class RowStep(_CompiledWeights):

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from pardec_fairseq.decoding.compiled_layers import CompiledLayers, compiles
 from pardec_fairseq.decoding.drafters import Drafter, draft_projection
 from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
+from pardec_fairseq.decoding.drafters.compiled_head import CompiledHead
 from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.fast_ops import Norm, Product
 from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, run_layers
@@ -61,6 +62,11 @@ class DraftHeadDrafter(Drafter):
                 if has_fairseq_output_layer(decoder, draft_vocab) else decoder.output_layer
         layers = _Layers(self.layers)
         self.compiled = CompiledLayers(layers) if compiles(layers) else None
+        # the whole drafting call compiled, where the draft is each slot's top-1 on the vector kernel
+        self.compiled_head = None
+        if self.compiled is not None and isinstance(self.output_layer, Product) and self.output_layer.on_kernel:
+            self.compiled_head = CompiledHead(self.compiled, self.verifier.decoder.embed_tokens.weight, self.fuse,
+                                              self.slot_embedding, self.final_norm, self.output_layer, self.memory)
 
     @classmethod
     def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=None):
@@ -98,10 +104,15 @@ class DraftHeadDrafter(Drafter):
         self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
 
     def propose(self, state) -> Proposal:
-        logits = self.output_layer(self.slot_features(state))
         if self.refinement is not None:
+            logits = self.output_layer(self.slot_features(state))
             return self.refinement.propose(Lattice.of(logits, self.refinement.top_k), state)
-        return Proposal(tokens=logits.argmax(-1), lengths=torch.full_like(state.lengths, self.block_size))
+        if self.compiled_head is not None:
+            tokens = self.compiled_head.draft(self.cache, state.last_tokens().view(-1), self.last_state,
+                                              state.lengths, self.all_slots.sees)
+        else:
+            tokens = self.output_layer(self.slot_features(state)).argmax(-1)
+        return Proposal(tokens=tokens, lengths=torch.full_like(state.lengths, self.block_size))
 
     def slot_features(self, state):
         """``[rows, k, d]``: the head's output for the next ``k`` tokens after the accepted output."""
@@ -117,16 +128,23 @@ class DraftHeadDrafter(Drafter):
         states = scores.hidden_states(0)
         if verdict.path is not None:
             states = states.gather(1, verdict.path.unsqueeze(2).expand(-1, -1, states.size(2)))
+        if self.compiled_head is not None:
+            self.compiled_head.remember(self.cache, states.contiguous(), state.lengths)
+        else:
+            self._remember(states, state.lengths)
+        self.last_state = states.gather(1, verdict.accepted.view(-1, 1, 1).expand(-1, 1, states.size(2))).squeeze(1)
+
+    def _remember(self, states, lengths):
+        """The keys and values of ``states`` ``[rows, m, d]`` into the buffers at columns ``lengths[r]`` on."""
         rows, m, _ = states.shape
         first = self.layers[0]
-        self.cache.reserve(int(state.lengths.max()) + m)
-        index = (state.lengths.unsqueeze(1) + torch.arange(m, device=states.device)).view(rows, 1, m, 1)
+        self.cache.reserve(int(lengths.max()) + m)
+        index = (lengths.unsqueeze(1) + torch.arange(m, device=states.device)).view(rows, 1, m, 1)
         index = index.expand(rows, first.heads, m, first.head_dim)
         for i, memory in enumerate(self.memory):
             keys_values = memory(states).view(rows, m, 2, first.heads, first.head_dim).permute(2, 0, 3, 1, 4)
             self.cache.buffers[i, 0].scatter_(2, index, keys_values[0])
             self.cache.buffers[i, 1].scatter_(2, index, keys_values[1])
-        self.last_state = states.gather(1, verdict.accepted.view(rows, 1, 1).expand(-1, 1, states.size(2))).squeeze(1)
 
     def keep_rows(self, rows):
         self.cache.keep_rows(rows)
