@@ -4,6 +4,7 @@ follows weights that training changes."""
 import argparse
 import logging
 
+import numba
 import numpy as np
 import pytest
 import torch
@@ -287,6 +288,25 @@ def test_refresh_weights_follows_weights_changed_in_place():
     assert [h[0]["tokens"].tolist() for h in before] != [h[0]["tokens"].tolist() for h in expected]
     generator.refresh_weights()
     assert_same_hypotheses(expected, generator.generate([model], collated))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_compiled_products_use_as_many_threads_as_torch(threads):
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=8, layers=2)
+    collated = make_batch(dictionary, [[4, 5, 6, 7], [8, 9]])
+    generator = build_generator("greedy", [model], dictionary, argparse.Namespace(max_len_b=20),
+                                DecodingConfig(verifier="fast"))
+    torch_threads, numba_threads = torch.get_num_threads(), numba.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        hypotheses = generator.generate([model], collated)
+        assert numba.get_num_threads() == min(threads, numba.config.NUMBA_NUM_THREADS)
+    finally:
+        torch.set_num_threads(torch_threads)
+        numba.set_num_threads(numba_threads)
+    assert_same_hypotheses(fairseq_beam_one([model], dictionary, collated, max_len_b=20), hypotheses)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -38,3 +38,22 @@ def test_the_kernel_refuses_strided_or_double_rows(x):
     weight = np.ones((4, 64), dtype=np.float32)
     with pytest.raises(numba.core.errors.TypingError):
         vector_kernels.product(x, vector_kernels.pack(weight), vector_kernels.pack_bias(None, 64), 64)
+
+
+@pytest.mark.parametrize("rows, depth, columns", [(1, 256, 1024), (5, 256, 777), (13, 300, 200)])
+def test_large_products_share_their_panels_among_threads_to_the_same_numbers(rows, depth, columns):
+    assert rows * depth * columns >= vector_kernels.PARALLEL_WORK
+    generator = np.random.default_rng(rows)
+    x = generator.standard_normal((rows, depth), dtype=np.float32)
+    weight = generator.standard_normal((depth, columns), dtype=np.float32)
+    panels, bias = vector_kernels.pack(weight), vector_kernels.pack_bias(None, columns)
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        alone = vector_kernels.product(x, panels, bias, columns)
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        shared = vector_kernels.product(x, panels, bias, columns)
+    finally:
+        numba.set_num_threads(threads)
+    np.testing.assert_array_equal(alone, shared)
+    np.testing.assert_allclose(alone, x @ weight, rtol=1e-4, atol=1e-4 * depth ** 0.5)

@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import List, Optional
 
+import numba
 import torch
 import torch.nn.functional as F
 from fairseq.models.transformer import TransformerDecoderBase
@@ -155,6 +156,9 @@ class FastVerifier(Verifier):
 
     def start(self, net_input, max_len) -> FastVerifierCache:
         rows = net_input["src_tokens"].size(0)
+        # the vector kernel's large products use as many threads as torch is told to (per thread,
+        # as torch's own setting is)
+        numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
         # output indices 0 .. max_len are ever cached (and one more: the pass that forces EOS);
         # a pass whose filler or tree reaches further grows the buffers (``FastCache.reserve``)
         capacity = max_len + 2
