@@ -5,13 +5,16 @@
 # SAVE_DIR/head_k<K>_l<L>_m<M>/, head_k<K>_l<L>_v<N>_m<M>/ with --draft-vocab N), then the benchmark of
 # greedy and ALGORITHMS with the head, into that folder (bench_b<batch size>.{md,json,png}, named by
 # the recipe's bench options).
-#   scripts/draft_head_recipe.sh DATA_BIN SAVE_DIR -s SRC -t TGT --references REF [--minutes 60]
-#       [--block-size 4] [--layers 1] [--draft-vocab 0] [--nproc 1] [--algorithms "gad"] [--no-bench]
-#       [-- BENCH_OPTIONS...]
+#   scripts/draft_head_recipe.sh DATA_BIN SAVE_DIR -s SRC -t TGT --references REF [--head-minutes 60]
+#       [--head-block-size 4] [--head-layers 1] [--head-draft-vocab 0] [--head-algorithms "gad"]
+#       [--nproc 1] [--no-bench] [-- BENCH_OPTIONS...]
+# The --head-* options are the recipes' own (run.sh --draft-head passes them on as given): minutes of
+# training, tokens drafted per call, layers, words drafted among (0: all; see train_draft_head.sh
+# --draft-vocab) and the algorithms benchmarked with the head.
 # SAVE_DIR holds the Transformer (checkpoint_best.pt); BENCH_OPTIONS (the recipe's: batch size, name,
 # repetitions, ...) go to scripts/bench.py before --algorithms greedy ALGORITHMS.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,12p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,15p "$0" >&2; exit 2; }
 data=$1 save=$2; shift 2
 src="" tgt="" references="" minutes=60 block_size=4 layers=1 draft_vocab=0 nproc=1 algorithms="gad" bench=1
 bench_options=()
@@ -20,12 +23,12 @@ while [ $# -gt 0 ]; do
     -s) src=$2; shift 2 ;;
     -t) tgt=$2; shift 2 ;;
     --references) references=$2; shift 2 ;;
-    --minutes) minutes=$2; shift 2 ;;
-    --block-size) block_size=$2; shift 2 ;;
-    --layers) layers=$2; shift 2 ;;
-    --draft-vocab) draft_vocab=$2; shift 2 ;;
+    --head-minutes) minutes=$2; shift 2 ;;
+    --head-block-size) block_size=$2; shift 2 ;;
+    --head-layers) layers=$2; shift 2 ;;
+    --head-draft-vocab) draft_vocab=$2; shift 2 ;;
+    --head-algorithms) algorithms=$2; shift 2 ;;
     --nproc) nproc=$2; shift 2 ;;
-    --algorithms) algorithms=$2; shift 2 ;;
     --no-bench) bench=0; shift ;;
     --) shift; bench_options=("$@"); break ;;
     *) echo "draft_head_recipe.sh: unknown option $1" >&2; exit 2 ;;

@@ -19,19 +19,16 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 default_preset=base
 default_algorithms="greedy lookahead retrieval hybrid-jacobi"
 prepare_options=() data_name=$recipe
-draft_head=0 head_minutes=60 head_block_size=4 head_layers=1 head_draft_vocab=0
-head_algorithms="gad gad:refine=ngram,refine-drafts=4"
+# the draft head's options go to scripts/draft_head_recipe.sh, later ones overriding these
+draft_head=0 head_options=(--head-algorithms "gad gad:refine=ngram,refine-drafts=4")
 shared=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --raw-dir) prepare_options+=(--raw-dir "$2"); shift 2 ;;
     --bpe-merges) prepare_options+=(--bpe-merges "$2"); data_name="${recipe}_bpe$2"; shift 2 ;;
     --draft-head) draft_head=1; shift ;;
-    --head-minutes) head_minutes=$2; shift 2 ;;
-    --head-block-size) head_block_size=$2; shift 2 ;;
-    --head-layers) head_layers=$2; shift 2 ;;
-    --head-draft-vocab) head_draft_vocab=$2; shift 2 ;;
-    --head-algorithms) head_algorithms=$2; shift 2 ;;
+    --head-minutes | --head-block-size | --head-layers | --head-draft-vocab | --head-algorithms)
+      head_options+=("$1" "$2"); shift 2 ;;
     *) shared+=("$1"); shift ;;
   esac
 done
@@ -46,6 +43,5 @@ bash "$root/scripts/train_transformer.sh" "$data/bin" "$save" -s "$src" -t "$tgt
   --out-dir "$save" "${bench_options[@]}"
 no_bench=(); [ "$bench" -eq 1 ] || no_bench=(--no-bench)
 [ "$draft_head" -eq 0 ] || bash "$root/scripts/draft_head_recipe.sh" "$data/bin" "$save" -s "$src" -t "$tgt" \
-  --references "$data/raw/test.$tgt" --minutes "$head_minutes" --block-size "$head_block_size" \
-  --layers "$head_layers" --draft-vocab "$head_draft_vocab" --nproc "$nproc" --algorithms "$head_algorithms" \
-  "${no_bench[@]}" -- "${bench_options[@]}"
+  --references "$data/raw/test.$tgt" "${head_options[@]}" --nproc "$nproc" "${no_bench[@]}" \
+  -- "${bench_options[@]}"

@@ -2,6 +2,7 @@
 features in training (every prefix at once) as in decoding (one prefix per call), and the CLI from
 ``fairseq-train`` to ``fairseq-generate --gen-algo gad``, refusing a head trained for another verifier."""
 import argparse
+import json
 import subprocess
 from types import SimpleNamespace
 
@@ -328,3 +329,27 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
     assert failed.returncode != 0 and "train_draft_head.sh: fairseq-train failed" in failed.stderr
     assert not (tmp_path / "broken" / ".trained").exists()
 
+
+@pytest.mark.slow
+def test_draft_head_recipe_distills_trains_and_benchmarks_with_the_recipes_options(toy_experiment, tmp_path):
+    """What ``run.sh --draft-head`` runs: the verifier's greedy outputs, a head trained on them with the
+    recipe's ``--head-*`` options (the last one given wins), the benchmark of greedy and gad with it."""
+    save = tmp_path / "verifier"
+    save.mkdir()
+    (save / "checkpoint_best.pt").symlink_to(toy_experiment["checkpoint"])
+    root = toy_experiment["root"]
+    output = run_script("draft_head_recipe.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt",
+                        "--references", root / "test.tgt", "--head-draft-vocab", 8, "--head-minutes", 0.05,
+                        "--head-block-size", 2, "--head-draft-vocab", 16, "--head-algorithms", "gad",
+                        "--", "--max-sentences", 8, "--batch-size", 4, "--repetitions", 1, "--detok", "space",
+                        "--name", "bench")
+    head = save / "head_k2_l1_v16_m0.05"
+    assert (save / "self_distilled" / ".done").exists() and (head / ".trained").exists(), output
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(head / "checkpoint_last.pt"))
+    assert state["cfg"]["task"].block_size == 2 and state["cfg"]["task"].draft_vocab == 16
+    report = json.loads((head / "bench.json").read_text())
+    rows = {row["algorithm"]: row for row in report["results"]}
+    assert report["meta"]["sentences"] == 8 and rows["gad"]["identical_to_greedy"] == 1.0
+    unknown = subprocess.run(["bash", str(REPO / "scripts" / "draft_head_recipe.sh"), str(toy_experiment["data"]),
+                              str(save), "--minutes", "5"], capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2 and "draft_head_recipe.sh: unknown option --minutes" in unknown.stderr

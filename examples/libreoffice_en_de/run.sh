@@ -23,7 +23,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 default_algorithms="greedy jacobi gs-jacobi hybrid-jacobi"
-draft_head=0 head_minutes=60 head_block_size=4 head_layers=1 head_draft_vocab=4096
+# the draft head's options go to scripts/draft_head_recipe.sh, later ones overriding these
+draft_head=0 head_options=(--head-draft-vocab 4096 --head-algorithms gad)
 gad=0 distill_beam=5 verifier_minutes=20 drafter_minutes=30 block_size=10 context_window=0
 gad_algorithms="gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"
 soft_copy=()
@@ -32,10 +33,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --gad) gad=1; shift ;;
     --draft-head) draft_head=1; shift ;;
-    --head-minutes) head_minutes=$2; shift 2 ;;
-    --head-block-size) head_block_size=$2; shift 2 ;;
-    --head-layers) head_layers=$2; shift 2 ;;
-    --head-draft-vocab) head_draft_vocab=$2; shift 2 ;;
+    --head-minutes | --head-block-size | --head-layers | --head-draft-vocab) head_options+=("$1" "$2"); shift 2 ;;
     --distill-beam) distill_beam=$2; shift 2 ;;
     --verifier-minutes) verifier_minutes=$2; shift 2 ;;
     --drafter-minutes) drafter_minutes=$2; shift 2 ;;
@@ -58,9 +56,7 @@ bash "$root/scripts/train_transformer.sh" "$data/bin" "$save" -s en -t de "${tra
   --out-dir "$save" "${bench_options[@]}"
 no_bench=(); [ "$bench" -eq 1 ] || no_bench=(--no-bench)
 [ "$draft_head" -eq 0 ] || bash "$root/scripts/draft_head_recipe.sh" "$data/bin" "$save" -s en -t de \
-  --references "$data/raw/test.de" --minutes "$head_minutes" --block-size "$head_block_size" \
-  --layers "$head_layers" --draft-vocab "$head_draft_vocab" --nproc "$nproc" --algorithms gad "${no_bench[@]}" \
-  -- "${bench_options[@]}"
+  --references "$data/raw/test.de" "${head_options[@]}" --nproc "$nproc" "${no_bench[@]}" -- "${bench_options[@]}"
 [ "$gad" -eq 1 ] || exit 0
 
 distilled="$save/distilled_beam$distill_beam"
