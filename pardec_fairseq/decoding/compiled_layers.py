@@ -9,7 +9,8 @@ is its matrix products. Every pass runs its layers as one compiled call (``pass_
 following ``DecoderLayer.forward``, fairseq's decoder layer, exactly) with the matrix products on the
 vector kernel (``vector_kernels``); the one-row, one-token pass (greedy at batch 1, and every pass
 without a draft) also embeds and normalises in numpy (``RowStep``). The compiled code is cached
-beside this file, so only the first run on a machine compiles.
+beside this file, so only the first run on a machine compiles (and the first after a source of the
+package changed: ``compiled_cache``).
 """
 import math
 from typing import Optional
