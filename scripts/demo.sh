@@ -5,8 +5,8 @@
 # input-guided aggressive decoding (the same output as fairseq's greedy search, several times sooner),
 # and CTranslate2, in one process. Small batches and a short warm-up so that 8 minutes make a model
 # that corrects by copying; the recipe (examples/ua_gec/run.sh) trains for an hour.
-#   bash scripts/demo.sh          CPU torch (the benchmark runs on one thread: on two cores every
-#                                 system here is fastest so)
+#   bash scripts/demo.sh          CPU torch (the benchmark runs on one thread, where fairseq and
+#                                 CTranslate2 are fastest on two cores; the plugin is faster on two)
 #   bash scripts/demo.sh --cuda   install the CUDA build of torch instead (decoding then uses the GPU)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
