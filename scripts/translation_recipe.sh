@@ -11,7 +11,7 @@
 # words; see train_draft_head.sh --draft-vocab), --head-algorithms "..." (gad, and
 # gad with the draft chosen from the head's top-4 lattice by an n-gram model of the training targets).
 # Outputs: data/NAME/, runs/NAME/<NAME option, default the preset>/ (checkpoints, train.log,
-# bench_b<B>.{md,json,png}; with --draft-head self_distilled/ and head_k<K>_l<L>_m<M>/).
+# bench_b<B>.{md,json,png}; with --draft-head self_distilled/ and head_k<K>_l<L>[_v<N>]_m<M>/).
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n 2,14p "$0" >&2; exit 2; }
 recipe=$1 src=$2 tgt=$3; shift 3

@@ -47,9 +47,9 @@ def _draft(tokens, last_states, embeddings, fuse, slot_embedding, final_norm, ou
 def _remember(states, first, memory, keys, values):
     """Each layer's keys and values of ``states`` ``[rows, m, d]`` (``memory[l]``: the packed product
     ``(panels, bias, columns)``, keys then values), written at columns ``first[r] + j`` of
-    ``keys[l]``/``values[l]`` ``[rows, heads, capacity, hd]``."""
+    ``keys[l]``/``values[l]`` ``[rows, heads, capacity, hd]``; ``states`` C-contiguous."""
     rows, m, d = states.shape
-    flat = np.ascontiguousarray(states).reshape((rows * m, d))
+    flat = states.reshape((rows * m, d))
     for layer in range(len(keys)):
         heads, head_dim = keys[layer].shape[1], keys[layer].shape[3]
         width = heads * head_dim
@@ -90,7 +90,7 @@ class CompiledHead:
                                        sees.numpy(), cache.numpy_views(), self.layer_weights))
 
     def remember(self, cache, states: Tensor, lengths: Tensor):
-        """Write the keys and values of ``states`` ``[rows, m, d]`` at columns ``lengths[r]`` on."""
+        """Write the keys and values of ``states`` ``[rows, m, d]`` (contiguous) at columns ``lengths[r]`` on."""
         cache.reserve(int(lengths.max()) + states.size(1))
         keys, values = cache.numpy_views()[:2]
         _remember(states.numpy(), lengths.numpy(), self.memory, keys, values)
