@@ -3,6 +3,10 @@ transformer checkpoints carry, falls back to the fairseq path (with a notice) fo
 follows weights that training changes."""
 import argparse
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -307,6 +311,31 @@ def test_the_compiled_products_use_as_many_threads_as_torch(threads):
         torch.set_num_threads(torch_threads)
         numba.set_num_threads(numba_threads)
     assert_same_hypotheses(fairseq_beam_one([model], dictionary, collated, max_len_b=20), hypotheses)
+
+
+FRESH_PROCESS_DECODES_ON_ONE_THREAD = """
+import argparse, numba, torch
+from pardec_fairseq.decoding import DecodingConfig, build_generator
+from tiny import build_transformer, make_batch, make_dictionary
+torch.set_num_threads(1)
+dictionary = make_dictionary(20)
+model = build_transformer(dictionary, seed=8, layers=2)
+generator = build_generator("greedy", [model], dictionary, argparse.Namespace(max_len_b=20),
+                            DecodingConfig(verifier="fast"))
+generator.generate([model], make_batch(dictionary, [[4, 5, 6, 7], [8, 9]]))
+print(torch.get_num_threads(), numba.get_num_threads())
+"""
+
+
+@pytest.mark.slow
+def test_decoding_leaves_torch_on_the_threads_it_was_given():
+    """numba's first parallel call launches its OpenMP pool, which set the process's OpenMP threads (torch's)
+    to all cores: a fresh process told to decode on one thread ran torch on two from its first batch on."""
+    environment = {**os.environ, "NUMBA_NUM_THREADS": "2", "PYTHONPATH": str(Path(__file__).parent)}
+    environment.pop("OMP_NUM_THREADS", None)
+    result = subprocess.run([sys.executable, "-c", FRESH_PROCESS_DECODES_ON_ONE_THREAD], env=environment,
+                            capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["1", "1"]
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

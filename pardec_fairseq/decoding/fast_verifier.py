@@ -157,8 +157,12 @@ class FastVerifier(Verifier):
     def start(self, net_input, max_len) -> FastVerifierCache:
         rows = net_input["src_tokens"].size(0)
         # the vector kernel's large products use as many threads as torch is told to (per thread,
-        # as torch's own setting is)
-        numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+        # as torch's own setting is); numba's first call launches its OpenMP pool, which sets the
+        # process's OpenMP threads, torch's among them, to every core: torch gets its own count back
+        threads = torch.get_num_threads()
+        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
         # output indices 0 .. max_len are ever cached (and one more: the pass that forces EOS);
         # a pass whose filler or tree reaches further grows the buffers (``FastCache.reserve``)
         capacity = max_len + 2
