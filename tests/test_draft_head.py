@@ -6,6 +6,7 @@ import json
 import subprocess
 from types import SimpleNamespace
 
+import numba
 import pytest
 import torch
 from fairseq import checkpoint_utils
@@ -127,6 +128,27 @@ def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations
         torch.testing.assert_close(compiled.cache.buffers, plain.cache.buffers)
         torch.testing.assert_close(compiled.last_state, plain.last_state)
         state.lengths += verdict.accepted + 1
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_compiled_head_uses_as_many_threads_as_torch_whichever_verifier_runs(threads):
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=3, layers=2).eval()
+    drafter = DraftHeadDrafter(build_head(verifier, block_size=3, seed=4).eval())
+    assert drafter.compiled_head is not None
+    collated = make_batch(dictionary, [[4, 5, 6, 7, 8], [9, 10]])
+    torch_threads, numba_threads = torch.get_num_threads(), numba.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        actual, _ = plugin("greedy", [verifier], dictionary, collated, decoding=SimpleNamespace(verifier="fairseq"),
+                           max_len_b=10, drafter=drafter)
+        assert numba.get_num_threads() == min(threads, numba.config.NUMBA_NUM_THREADS)
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(torch_threads)
+        numba.set_num_threads(numba_threads)
+    assert_same_hypotheses(fairseq_beam_one([verifier], dictionary, collated, max_len_b=10), actual)
 
 
 def test_slot_targets_are_the_next_tokens_after_each_prefix():

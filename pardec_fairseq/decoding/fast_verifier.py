@@ -21,12 +21,12 @@ import logging
 from dataclasses import dataclass
 from typing import List, Optional
 
-import numba
 import torch
 import torch.nn.functional as F
 from fairseq.models.transformer import TransformerDecoderBase
 from torch import Tensor
 
+from pardec_fairseq.decoding import vector_kernels
 from pardec_fairseq.decoding.compiled_layers import CompiledLayers, RowStep, compiles
 from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
 from pardec_fairseq.decoding.fast_layers import DecoderLayer, FastCache, run_layers
@@ -156,13 +156,7 @@ class FastVerifier(Verifier):
 
     def start(self, net_input, max_len) -> FastVerifierCache:
         rows = net_input["src_tokens"].size(0)
-        # the vector kernel's large products use as many threads as torch is told to (per thread,
-        # as torch's own setting is); numba's first call launches its OpenMP pool, which sets the
-        # process's OpenMP threads, torch's among them, to every core: torch gets its own count back
-        threads = torch.get_num_threads()
-        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
+        vector_kernels.follow_torch_threads()
         # output indices 0 .. max_len are ever cached (and one more: the pass that forces EOS);
         # a pass whose filler or tree reaches further grows the buffers (``FastCache.reserve``)
         capacity = max_len + 2

@@ -15,6 +15,7 @@ of the inner loop reads 256 contiguous bytes; the last panel is padded with zero
 """
 import numba
 import numpy as np
+import torch
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -135,8 +136,8 @@ def _panels_in_parallel(x, panels, bias, out, full):
 def product(x, panels, bias, columns):
     """``x @ weight + bias`` for ``x`` ``[rows, in]`` (C-contiguous float32), the weight packed by
     ``pack`` and ``bias`` by ``pack_bias``; ``columns``: the weight's output width. Large products
-    share their panels among numba's threads (as many as ``numba.set_num_threads`` says: the fast
-    verifier sets torch's number)."""
+    share their panels among numba's threads (as many as ``numba.set_num_threads`` says: callers set
+    torch's number with ``follow_torch_threads``)."""
     out = np.empty((x.shape[0], columns), dtype=np.float32)
     full = columns // PANEL
     if x.shape[0] * x.shape[1] * columns >= PARALLEL_WORK:
@@ -149,6 +150,16 @@ def product(x, panels, bias, columns):
         panel_into(x, panels, full, bias, scratch, 0)
         out[:, full * PANEL:] = scratch[:, :columns - full * PANEL]
     return out
+
+
+def follow_torch_threads():
+    """Run the large products on as many threads as torch is told to use (per thread, as torch's own
+    setting is). numba's first call launches its OpenMP pool, which sets the process's OpenMP threads,
+    torch's among them, to every core: torch gets its own count back."""
+    threads = torch.get_num_threads()
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def pack(weight: np.ndarray) -> np.ndarray:

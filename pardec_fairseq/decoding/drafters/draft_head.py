@@ -13,6 +13,7 @@ acceptance keeps the verifier's greedy output whatever it drafts.
 import torch
 import torch.nn.functional as F
 
+from pardec_fairseq.decoding import vector_kernels
 from pardec_fairseq.decoding.compiled_layers import CompiledLayers, compiles
 from pardec_fairseq.decoding.drafters import Drafter, draft_projection
 from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
@@ -93,6 +94,8 @@ class DraftHeadDrafter(Drafter):
         if encoded is None or encoded[0] is None:
             raise ValueError("the draft head reads the verifier's encoder states: decode an encoder-decoder model "
                              "through the plugin's engine")
+        if self.compiled_head is not None:  # whichever verifier runs, the head's products follow torch's threads
+            vector_kernels.follow_torch_threads()
         enc, padding = encoded
         rows, k, first = enc.size(0), self.block_size, self.layers[0]
         enc_keys, enc_values = zip(*(layer.encoder_keys_values(enc) for layer in self.layers))
