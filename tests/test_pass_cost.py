@@ -9,7 +9,7 @@ from pardec_fairseq.cli.pass_cost import main
 PATH_COLUMNS = r" [\d.]+ \| ([\d.]+)x \| [\d.]+ \| ([\d.]+)x \|"
 
 
-@pytest.mark.parametrize("verifiers", [[], ["fairseq"]])
+@pytest.mark.parametrize("verifiers", [[], ["fairseq"], ["fast", "arithmetic"]])
 def test_pass_cost_reports_every_width_of_each_path_relative_to_one_token(toy_experiment, capsys, verifiers):
     main([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
           "--sentences", "3", "--tokens", "2", "8", "--prefix", "4", "--repeats", "2",
