@@ -23,7 +23,6 @@ from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
-from fairseq.models.transformer import TransformerDecoderBase
 from torch import Tensor
 
 from pardec_fairseq.decoding import vector_kernels
@@ -34,7 +33,7 @@ from pardec_fairseq.decoding.fast_ops import Product, layer_norm
 from pardec_fairseq.decoding.proposals import DraftTree
 from pardec_fairseq.decoding.verifier import Verifier, VerifierScores, embed_positions
 from pardec_fairseq.models.blockwise_transformer import BlockwiseTransformerDecoder
-from pardec_fairseq.models.decoder_steps import encoder_states
+from pardec_fairseq.models.decoder_steps import encoder_states, replaces_output_layer
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +82,7 @@ class FastDecoder:
         self.heads, self.head_dim = self.layers[0].heads, self.layers[0].head_dim
         # a blockwise Transformer's head 1 is its output projection after the heads' first features
         self.first_head = decoder.blockwise_heads.first if isinstance(decoder, BlockwiseTransformerDecoder) else None
-        self.own_output_layer = self.first_head is None and \
-            type(decoder).output_layer is not TransformerDecoderBase.output_layer
+        self.own_output_layer = self.first_head is None and replaces_output_layer(decoder)
         if not self.own_output_layer:
             self.output = Product.of(decoder.output_projection)
         self.row_step, self.compiled = (RowStep(self), CompiledLayers(self)) if compiles(self) else (None, None)

@@ -3,6 +3,7 @@ layers, for the plugin's own decoder passes (the verifier's several new tokens o
 block drafter's full-context block), which call the layers themselves."""
 from typing import Dict, List, Optional, Tuple
 
+from fairseq.models.transformer import TransformerDecoderBase
 from torch import Tensor
 
 
@@ -38,3 +39,9 @@ def decoder_output(decoder, x: Tensor) -> Tensor:
     if decoder.project_out_dim is not None:
         x = decoder.project_out_dim(x)
     return x
+
+
+def replaces_output_layer(decoder) -> bool:
+    """Whether ``decoder`` overrides fairseq's ``output_layer`` (then its ``output_projection`` alone
+    does not give its logits)."""
+    return type(decoder).output_layer is not TransformerDecoderBase.output_layer

@@ -19,9 +19,10 @@ from typing import List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
-from fairseq.models.transformer import TransformerDecoderBase
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
+
+from pardec_fairseq.models.decoder_steps import replaces_output_layer
 
 
 class HeadLayer(nn.Module):
@@ -116,7 +117,7 @@ def first_words(projection: nn.Linear, words: int) -> Tuple[Tensor, Optional[Ten
 def has_fairseq_output_layer(decoder, draft_vocab: int) -> bool:
     """Whether ``decoder`` projects with fairseq's own output layer, which a head can cut to its first
     ``draft_vocab`` words; a decoder with its own output layer is refused with ``--draft-vocab``."""
-    if type(decoder).output_layer is TransformerDecoderBase.output_layer:
+    if not replaces_output_layer(decoder):
         return True
     if draft_vocab:
         raise ValueError(f"--draft-vocab: the verifier's {type(decoder).__name__} replaces fairseq's output layer, "
