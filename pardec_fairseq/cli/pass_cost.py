@@ -5,11 +5,11 @@ default the fast path beside the fairseq path, taking turns sentence by sentence
 encoder, caches a prefix of ``--prefix`` tokens, then times passes that score n new tokens on top of
 it and rolls them back. Reported per n and path: the median time of the decoder layers alone and
 with the projection of all n positions onto the vocabulary, each also relative to that path's
-one-token pass. With every drafted token
-accepted an algorithm can be at most (n / relative cost) times faster than greedy decoding, less
-the encoder's share, which no algorithm here shortens. The ``arithmetic`` path times the fast path's
-compiled calls alone (its decoder layers and its projection, on a CPU in float32): the pass with the
-engine's bookkeeping stripped, what a pass cannot cost less than on this machine.
+one-token pass. With every drafted token accepted an algorithm can be at most (n / relative cost)
+times faster than greedy decoding, less the encoder's share, which no algorithm here shortens. The
+``arithmetic`` path times the fast path's compiled calls alone (its decoder layers and its
+projection, on a CPU in float32): the pass with the engine's bookkeeping stripped, what a pass
+cannot cost less than on this machine.
 """
 import statistics
 import time
