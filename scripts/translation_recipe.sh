@@ -9,11 +9,12 @@
 # --bpe-merges, data and models go to data/NAME_bpe<N>/ and runs/NAME_bpe<N>/); --draft-head with
 # --head-minutes M (60), --head-block-size K (4), --head-layers L (1), --head-draft-vocab N (0: all
 # words; see train_draft_head.sh --draft-vocab), --head-algorithms "..." (gad, and
-# gad with the draft chosen from the head's top-4 lattice by an n-gram model of the training targets).
+# gad with the draft chosen from the head's top-4 lattice by an n-gram model of the training targets),
+# --head-compare (also GAD's block drafter and frozen BPD heads trained as long, each benchmarked).
 # Outputs: data/NAME/, runs/NAME/<NAME option, default the preset>/ (checkpoints, train.log,
 # bench_b<B>.{md,json,png}; with --draft-head self_distilled/ and head_k<K>_l<L>[_v<N>]_m<M>/).
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n 2,14p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,16p "$0" >&2; exit 2; }
 recipe=$1 src=$2 tgt=$3; shift 3
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 default_preset=base
@@ -29,6 +30,7 @@ while [ $# -gt 0 ]; do
     --draft-head) draft_head=1; shift ;;
     --head-minutes | --head-block-size | --head-layers | --head-draft-vocab | --head-algorithms)
       head_options+=("$1" "$2"); shift 2 ;;
+    --head-compare) head_options+=("$1"); shift ;;
     *) shared+=("$1"); shift ;;
   esac
 done
@@ -43,5 +45,5 @@ bash "$root/scripts/train_transformer.sh" "$data/bin" "$save" -s "$src" -t "$tgt
   --out-dir "$save" "${bench_options[@]}"
 no_bench=(); [ "$bench" -eq 1 ] || no_bench=(--no-bench)
 [ "$draft_head" -eq 0 ] || bash "$root/scripts/draft_head_recipe.sh" "$data/bin" "$save" -s "$src" -t "$tgt" \
-  --references "$data/raw/test.$tgt" "${head_options[@]}" --nproc "$nproc" "${no_bench[@]}" \
+  --references "$data/raw/test.$tgt" "${head_options[@]}" --preset "$preset" --nproc "$nproc" "${no_bench[@]}" \
   -- "${bench_options[@]}"

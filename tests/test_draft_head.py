@@ -375,3 +375,26 @@ def test_draft_head_recipe_distills_trains_and_benchmarks_with_the_recipes_optio
     unknown = subprocess.run(["bash", str(REPO / "scripts" / "draft_head_recipe.sh"), str(toy_experiment["data"]),
                               str(save), "--minutes", "5"], capture_output=True, text=True, timeout=60)
     assert unknown.returncode == 2 and "draft_head_recipe.sh: unknown option --minutes" in unknown.stderr
+
+
+@pytest.mark.slow
+def test_draft_head_recipe_compares_the_three_drafters_at_equal_training_time(toy_experiment, tmp_path):
+    """``--head-compare``: GAD's block drafter and frozen BPD heads, built like the verifier (its preset),
+    trained as long as the head on the same outputs with as many slots, each benchmarked beside greedy."""
+    save = tmp_path / "verifier"
+    run_script("train_transformer.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt", "--preset", "cpu",
+               "--", "--max-update", 2)
+    output = run_script("draft_head_recipe.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt",
+                        "--references", toy_experiment["root"] / "test.tgt", "--head-minutes", 0.05,
+                        "--head-block-size", 2, "--head-compare", "--preset", "cpu",
+                        "--", "--max-sentences", 6, "--batch-size", 3, "--repetitions", 1, "--detok", "space",
+                        "--name", "bench")
+    for folder, algorithm in (("head_k2_l1_m0.05", "gad"), ("block_nat_k2_m0.05", "gad"), ("bpd_k2_m0.05", "bpd")):
+        assert (save / folder / ".trained").exists(), output
+        report = json.loads((save / folder / "bench.json").read_text())
+        rows = {row["algorithm"]: row for row in report["results"]}
+        assert report["meta"]["sentences"] == 6 and rows[algorithm]["identical_to_greedy"] == 1.0
+    block_nat = checkpoint_utils.load_checkpoint_to_cpu(str(save / "block_nat_k2_m0.05" / "checkpoint_last.pt"))
+    heads = checkpoint_utils.load_checkpoint_to_cpu(str(save / "bpd_k2_m0.05" / "checkpoint_last.pt"))
+    assert block_nat["cfg"]["task"].block_size == 2 and heads["cfg"]["model"].block_heads == 2
+    assert heads["cfg"]["model"].freeze_base

@@ -11,7 +11,8 @@
 #       [--bench-sentences N] [--batch-size B] [--repetitions R] [--algorithms "greedy jacobi gs-jacobi hybrid-jacobi"] [--no-bench]
 #       [--gad [--distill-beam 5] [--verifier-minutes 20] [--drafter-minutes 30] [--block-size 10]
 #        [--context-window 0] [--soft-copy] [--gad-algorithms "gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"]]
-#       [--draft-head [--head-minutes 60] [--head-block-size 4] [--head-layers 1] [--head-draft-vocab 4096]]
+#       [--draft-head [--head-minutes 60] [--head-block-size 4] [--head-layers 1] [--head-draft-vocab 4096]
+#        [--head-compare]]
 # Training options are those of scripts/train_transformer.sh (default: cpu preset, 60 minutes).
 # Outputs go to runs/libreoffice_en_de/<NAME, default the preset>/: checkpoints, train.log and
 # bench_b<batch size>.{md,json,png}; with --gad also distilled_beam<B>/ (the distilled data),
@@ -19,7 +20,9 @@
 # --soft-copy, a drafter that soft-copies the source into its slots: k<K>_w<W>_copy in both names);
 # with --draft-head also self_distilled/ (the greedy outputs), head_k<K>_l<L>_v<N>_m<M>/ and
 # head_k<K>_l<L>_v<N>_m<M>/bench_b<batch size>.{md,json,png} (head_k<K>_l<L>_m<M>/ with
-# --head-draft-vocab 0: a head drafting among all words rather than the 4,096 most frequent).
+# --head-draft-vocab 0: a head drafting among all words rather than the 4,096 most frequent); with
+# --head-compare also block_nat_k<K>_m<M>/ and bpd_k<K>_m<M>/: GAD's block drafter and frozen BPD heads
+# trained as long on the same outputs, each with its benchmark (scripts/draft_head_recipe.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 default_algorithms="greedy jacobi gs-jacobi hybrid-jacobi"
@@ -34,6 +37,7 @@ while [ $# -gt 0 ]; do
     --gad) gad=1; shift ;;
     --draft-head) draft_head=1; shift ;;
     --head-minutes | --head-block-size | --head-layers | --head-draft-vocab) head_options+=("$1" "$2"); shift 2 ;;
+    --head-compare) head_options+=("$1"); shift ;;
     --distill-beam) distill_beam=$2; shift 2 ;;
     --verifier-minutes) verifier_minutes=$2; shift 2 ;;
     --drafter-minutes) drafter_minutes=$2; shift 2 ;;
@@ -56,7 +60,8 @@ bash "$root/scripts/train_transformer.sh" "$data/bin" "$save" -s en -t de "${tra
   --out-dir "$save" "${bench_options[@]}"
 no_bench=(); [ "$bench" -eq 1 ] || no_bench=(--no-bench)
 [ "$draft_head" -eq 0 ] || bash "$root/scripts/draft_head_recipe.sh" "$data/bin" "$save" -s en -t de \
-  --references "$data/raw/test.de" "${head_options[@]}" --nproc "$nproc" "${no_bench[@]}" -- "${bench_options[@]}"
+  --references "$data/raw/test.de" "${head_options[@]}" --preset "$preset" --nproc "$nproc" "${no_bench[@]}" \
+  -- "${bench_options[@]}"
 [ "$gad" -eq 1 ] || exit 0
 
 distilled="$save/distilled_beam$distill_beam"
