@@ -25,7 +25,7 @@ from test_lossless_matches_fairseq import (GENERATION_DEFAULTS, assert_same_hypo
                                           sentences)
 from test_block_nat import hypotheses
 from test_scripts import free_port, run_script
-from tiny import build_transformer, make_batch, make_dictionary
+from tiny import build_transformer, make_batch, make_dictionary, torch_on_threads
 
 
 def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_dropout=0.0):
@@ -137,17 +137,11 @@ def test_the_compiled_head_uses_as_many_threads_as_torch_whichever_verifier_runs
     drafter = DraftHeadDrafter(build_head(verifier, block_size=3, seed=4).eval())
     assert drafter.compiled_head is not None
     collated = make_batch(dictionary, [[4, 5, 6, 7, 8], [9, 10]])
-    torch_threads, numba_threads = torch.get_num_threads(), numba.get_num_threads()
-    try:
-        torch.set_num_threads(threads)
-        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    with torch_on_threads(threads):
         actual, _ = plugin("greedy", [verifier], dictionary, collated, decoding=SimpleNamespace(verifier="fairseq"),
                            max_len_b=10, drafter=drafter)
         assert numba.get_num_threads() == min(threads, numba.config.NUMBA_NUM_THREADS)
         assert torch.get_num_threads() == threads
-    finally:
-        torch.set_num_threads(torch_threads)
-        numba.set_num_threads(numba_threads)
     assert_same_hypotheses(fairseq_beam_one([verifier], dictionary, collated, max_len_b=10), actual)
 
 

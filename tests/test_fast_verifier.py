@@ -25,7 +25,7 @@ from pardec_fairseq.decoding.proposals import DraftTree, Proposal
 from pardec_fairseq.decoding.registry import build_verifier
 from pardec_fairseq.models.decoder_steps import encoder_states
 from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin, sentences
-from tiny import build_transformer, make_batch, make_dictionary
+from tiny import build_transformer, make_batch, make_dictionary, torch_on_threads
 
 SHARING = {"all": dict(share_all_embeddings=True),
            "decoder input and output": dict(share_all_embeddings=False, share_decoder_input_output_embed=True),
@@ -301,15 +301,9 @@ def test_the_compiled_products_use_as_many_threads_as_torch(threads):
     collated = make_batch(dictionary, [[4, 5, 6, 7], [8, 9]])
     generator = build_generator("greedy", [model], dictionary, argparse.Namespace(max_len_b=20),
                                 DecodingConfig(verifier="fast"))
-    torch_threads, numba_threads = torch.get_num_threads(), numba.get_num_threads()
-    try:
-        torch.set_num_threads(threads)
-        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    with torch_on_threads(threads):
         hypotheses = generator.generate([model], collated)
         assert numba.get_num_threads() == min(threads, numba.config.NUMBA_NUM_THREADS)
-    finally:
-        torch.set_num_threads(torch_threads)
-        numba.set_num_threads(numba_threads)
     assert_same_hypotheses(fairseq_beam_one([model], dictionary, collated, max_len_b=20), hypotheses)
 
 

@@ -1,7 +1,9 @@
 """Tiny random fairseq models, dictionaries and batches for the tests (no training needed)."""
 import argparse
+from contextlib import contextmanager
 from types import SimpleNamespace
 
+import numba
 import torch
 from fairseq.data import Dictionary, LanguagePairDataset
 from fairseq.models.transformer import TransformerModel, base_architecture
@@ -59,3 +61,17 @@ def make_batch(dictionary, sentences, left_pad_source=True, targets=None):
                                   None if targets is None else [len(t) for t in target_tensors], dictionary,
                                   left_pad_source=left_pad_source)
     return dataset.collater([dataset[i] for i in range(len(tensors))])
+
+
+@contextmanager
+def torch_on_threads(threads: int):
+    """Torch on ``threads`` threads and numba on all of its own (which decoding must narrow to torch's),
+    both restored afterwards."""
+    saved = torch.get_num_threads(), numba.get_num_threads()
+    torch.set_num_threads(threads)
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved[0])
+        numba.set_num_threads(saved[1])
