@@ -1,6 +1,7 @@
 """fairseq's own command-line tools with --user-dir pardec_fairseq on a stock transformer checkpoint."""
 import json
 import re
+import shutil
 
 import pytest
 from pardec_fairseq.tasks.translation_pardec import TranslationPardecConfig, TranslationPardecTask
@@ -86,6 +87,21 @@ def test_every_sentence_is_batched_at_any_batch_size(toy_experiment, split):
                                            required_batch_size_multiple=8).next_epoch_itr(shuffle=False)
         ids = sorted(i for batch in iterator for i in batch["id"].tolist())
         assert ids == list(range(100))
+
+
+def test_a_train_split_in_shards_loads_whole(toy_experiment, tmp_path):
+    """fairseq reads train, train1, ... as one split; with its default --upsample-primary -1 its
+    ConcatDataset fails ("negative dimensions are not allowed"), the plugin's tasks default to 1."""
+    for shard in ("train", "train1"):
+        for suffix in ("src.bin", "src.idx", "tgt.bin", "tgt.idx"):
+            shutil.copy(toy_experiment["data"] / f"train.src-tgt.{suffix}", tmp_path / f"{shard}.src-tgt.{suffix}")
+    for name in ("dict.src.txt", "dict.tgt.txt"):
+        shutil.copy(toy_experiment["data"] / name, tmp_path / name)
+    task = TranslationPardecTask.setup_task(TranslationPardecConfig(
+        data=str(tmp_path), source_lang="src", target_lang="tgt", dataset_impl="mmap"))
+    task.load_dataset("train", combine=True)
+    dataset = task.dataset("train")
+    assert len(dataset) == 2 * 600 and len(dataset.sizes) == 2 * 600
 
 
 def test_fairseq_itself_drops_the_remainder_batch(toy_experiment):

@@ -29,10 +29,17 @@ class TranslationPardecConfig(TranslationConfig, DecodingConfig):
             "pass), 'iad' (input-guided aggressive decoding: drafts by copying the source), 'jacobi', "
             "'gs-jacobi', 'hybrid-jacobi' (Jacobi iteration, whole output or blocks), 'bpd' (blockwise "
             "parallel decoding with the heads of a blockwise_transformer), 'gad' (generalized aggressive "
-            "decoding: drafts with the block_nat model of --drafter-path); with the default "
+            "decoding: drafts with the block_nat model or draft head of --drafter-path), 'lookahead' "
+            "(n-grams of a Jacobi window and of the source), 'retrieval' (what followed the output's last "
+            "tokens in target-side text); with the default "
             "--acceptance exact all of them output exactly what --beam 1 outputs; 'gad++' drafts as 'gad' "
             "and also accepts near-misses (--gad-top-beta, --gad-tau), so its output may differ"
         },
+    )
+    upsample_primary: int = field(
+        default=1,
+        metadata={"help": "times the first shard of a split in shards (train, train1, ...) is repeated; fairseq's "
+                          "default -1 fails on such a split"},
     )
     pardec_stats: Optional[str] = field(
         default=None,
