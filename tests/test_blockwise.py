@@ -7,6 +7,7 @@ import re
 import shutil
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -17,10 +18,13 @@ from fairseq.sequence_generator import SequenceGenerator
 
 from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.cli import analyze_heads
+from pardec_fairseq.decoding import build_generator, vector_kernels
+from pardec_fairseq.decoding.drafters import bfloat16_products
 from pardec_fairseq.criterions.blockwise_cross_entropy import (BlockwiseCrossEntropyCriterion,
                                                                parse_head_weights, shifted_targets)
 from pardec_fairseq.models.blockwise_transformer import BlockwiseTransformerModel, blockwise_architecture
-from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, model_for, plugin, sentences
+from test_lossless_matches_fairseq import (GENERATION_DEFAULTS, assert_same_hypotheses, fairseq_beam_one, model_for,
+                                          plugin, sentences)
 from test_scripts import free_port, run_script
 from tiny import build_transformer, make_batch, make_dictionary
 
@@ -233,20 +237,43 @@ def test_bpd_refuses_models_without_heads():
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), block_heads=st.integers(2, 6), zero_heads=st.booleans(),
        identity_first_head=st.booleans(), eos_bias=st.floats(-2.0, 3.0), batch=sentences,
-       max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6), draft_vocab=st.sampled_from([0, 0, 3, 9]))
+       max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6), draft_vocab=st.sampled_from([0, 0, 3, 9]),
+       draft_precision=st.sampled_from(["float32", "auto"]))
 def test_bpd_equals_fairseq_greedy_of_head_one(seed, block_heads, zero_heads, identity_first_head, eos_bias, batch,
-                                              max_len_b, batch_of, draft_vocab):
+                                              max_len_b, batch_of, draft_vocab, draft_precision):
     dictionary = make_dictionary(20)
     model = model_for("bpd", dictionary, block_heads, zero_heads, identity_first_head, seed=seed, layers=2,
                       eos_bias=eos_bias)
     collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
     expected = fairseq_beam_one([model], dictionary, collated, max_len_b=max_len_b)
-    actual, stats = plugin("bpd", [model], dictionary, collated, SimpleNamespace(draft_vocab=draft_vocab),
-                           max_len_b=max_len_b)
+    actual, stats = plugin("bpd", [model], dictionary, collated,
+                           SimpleNamespace(draft_vocab=draft_vocab, draft_precision=draft_precision), max_len_b=max_len_b)
     assert_same_hypotheses(expected, actual)
     assert stats.iterations <= stats.tokens
-    if draft_vocab == 0:  # the heads' analysis reads each head's top-1 among all words
+    if draft_vocab == 0 and draft_precision == "float32":  # the heads' analysis reads each head's top-1 among all words
         # it predicts bpd's passes from one teacher-forced run over the greedy output
         analysis = analyze_heads.analyze([model], dictionary, [collated], 0.0, max_len_b, top_ks=[1, 2])
         assert analysis.passes[1] == {s.id: s.iterations for s in stats.per_sentence}
         assert analysis.lengths == {s.id: s.hyp_len for s in stats.per_sentence}
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16", "auto"])
+def test_draft_precision_sets_the_kind_of_the_heads_products(precision):
+    supported = vector_kernels.has_bfloat16_product()
+    if precision == "bfloat16" and not supported:
+        pytest.skip("the CPU has no AVX-512 bfloat16 dot product")
+    dictionary = make_dictionary(20)
+    model = model_for("bpd", dictionary, block_heads=3, seed=2)
+    generator = build_generator("bpd", [model], dictionary, argparse.Namespace(**GENERATION_DEFAULTS),
+                                SimpleNamespace(draft_precision=precision))
+    drafter = generator.decoder.drafter
+    in_bfloat16 = precision == "bfloat16" or (precision == "auto" and supported)
+    assert {product.panels.dtype for product in (drafter.fc1, drafter.fc2, drafter.output)} == \
+        {np.dtype(np.int32 if in_bfloat16 else np.float32)}
+
+
+def test_draft_precision_bfloat16_is_refused_on_a_cpu_without_it(monkeypatch):
+    monkeypatch.setattr(vector_kernels, "has_bfloat16_product", lambda: False)
+    with pytest.raises(ValueError, match="--draft-precision bfloat16 needs a CPU with AVX-512's bfloat16"):
+        bfloat16_products("bfloat16")
+    assert not bfloat16_products("auto") and not bfloat16_products("float32")

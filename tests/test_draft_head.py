@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
-from pardec_fairseq.decoding import DecodingConfig, build_generator
+from pardec_fairseq.decoding import DecodingConfig, build_generator, vector_kernels
 from pardec_fairseq.decoding.engine import DecodingState
 from pardec_fairseq.decoding.observers import LoopObserver
 from pardec_fairseq.models.draft_head import DraftHead, DraftHeadModel, draft_head_architecture
@@ -43,16 +43,18 @@ def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_
 @given(seed=st.integers(0, 10_000), block_size=st.integers(1, 6), layers=st.integers(1, 2),
        eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
        verifier_path=st.sampled_from(["fast", "fairseq"]), pre_norm=st.booleans(), compiled=st.booleans(),
-       draft_vocab=st.sampled_from([0, 3, 9]))
+       draft_vocab=st.sampled_from([0, 3, 9]), bfloat16=st.booleans())
 def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size, layers, eos_bias, batch, max_len_b,
                                                                batch_of, verifier_path, pre_norm, compiled,
-                                                               draft_vocab):
+                                                               draft_vocab, bfloat16):
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias,
                                  decoder_normalize_before=pre_norm, encoder_normalize_before=pre_norm)
     collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
     expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
-    drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval(), draft_vocab=draft_vocab)
+    bfloat16 = bfloat16 and vector_kernels.has_bfloat16_product()
+    drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval(), draft_vocab=draft_vocab,
+                               bfloat16=bfloat16)
     assert drafter.compiled is not None
     if not compiled:  # the head's layers through torch, as on a GPU
         drafter.compiled = drafter.compiled_head = None
@@ -100,13 +102,15 @@ def test_draft_vocab_is_refused_for_a_verifier_with_its_own_output_layer():
         DraftHeadModel.build_model(args, task)
 
 
-@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize("layers, bfloat16", [(1, False), (2, False), (2, True)])
 @torch.no_grad()
-def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations_do(layers):
+def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations_do(layers, bfloat16):
+    if bfloat16 and not vector_kernels.has_bfloat16_product():
+        pytest.skip("the CPU has no AVX-512 bfloat16 dot product")
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=2).eval()
     model = build_head(verifier, block_size=3, layers=layers, seed=4).eval()
-    compiled, plain = DraftHeadDrafter(model), DraftHeadDrafter(model)
+    compiled, plain = DraftHeadDrafter(model, bfloat16=bfloat16), DraftHeadDrafter(model, bfloat16=bfloat16)
     assert compiled.compiled_head is not None
     plain.compiled_head = None
     batch = make_batch(dictionary, [[4, 5, 6, 7, 8], [9, 10], [11, 12, 13]])

@@ -1,7 +1,8 @@
 """The vector kernel's products equal numpy's on every shape a decoder hands it: any rows (whole
 tiles of 4 and the 1-3 left over), any input width, output widths inside a panel, on its edge and
 past it (the zero-padded last panel), with and without a bias; and the kernel refuses arrays it
-cannot read as contiguous float32 rows."""
+cannot read as contiguous float32 rows. Packed in bfloat16, the products are those of the operands
+rounded to bfloat16 (ties to even), accumulated in float32."""
 import numba
 import numpy as np
 import pytest
@@ -57,3 +58,40 @@ def test_large_products_share_their_panels_among_threads_to_the_same_numbers(row
         numba.set_num_threads(threads)
     np.testing.assert_array_equal(alone, shared)
     np.testing.assert_allclose(alone, x @ weight, rtol=1e-4, atol=1e-4 * depth ** 0.5)
+
+
+needs_bfloat16 = pytest.mark.skipif(not vector_kernels.has_bfloat16_product(),
+                                    reason="the CPU has no AVX-512 bfloat16 dot product")
+
+
+def as_bfloat16(a: np.ndarray) -> np.ndarray:
+    """``a`` rounded to bfloat16, in float64."""
+    return (vector_kernels.bfloat16_bits(np.ascontiguousarray(a, dtype=np.float32)).astype(np.uint32) << 16) \
+        .view(np.float32).astype(np.float64)
+
+
+def test_bfloat16_rounds_to_nearest_ties_to_even():
+    one_ulp = 2.0 ** -7  # bfloat16 keeps 7 fraction bits
+    x = np.array([1.0, 1.0 + one_ulp / 2, 1.0 + 3 * one_ulp / 2, 1.0 + one_ulp / 4, -2.0 - 0.75 * 2 * one_ulp],
+                 dtype=np.float32)
+    expected = [1.0, 1.0, 1.0 + 2 * one_ulp, 1.0, -2.0 - 2 * one_ulp]
+    assert as_bfloat16(x).tolist() == expected
+    pairs = vector_kernels.bfloat16_pairs(np.array([[1.0, -2.0, 0.5]], dtype=np.float32)).view(np.uint32)
+    assert pairs.tolist() == [[0x3F80 | 0xC000 << 16, 0x3F00]]
+
+
+@needs_bfloat16
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 13), depth=st.integers(1, 300), columns=st.sampled_from([1, 17, 64, 65, 200, 1024]),
+       with_bias=st.booleans(), seed=st.integers(0, 10_000))
+def test_bfloat16_products_are_those_of_the_rounded_operands(rows, depth, columns, with_bias, seed):
+    generator = np.random.default_rng(seed)
+    x = generator.standard_normal((rows, depth), dtype=np.float32)
+    weight = generator.standard_normal((depth, columns), dtype=np.float32)
+    bias = generator.standard_normal(columns, dtype=np.float32) if with_bias else None
+    panels = vector_kernels.pack_bfloat16(weight)
+    assert panels.dtype == np.int32 and panels.shape == (-(-columns // 64), (depth + 1) // 2, 64)
+    out = vector_kernels.product(x, panels, vector_kernels.pack_bias(bias, columns), columns)
+    expected = as_bfloat16(x) @ as_bfloat16(weight) + (0 if bias is None else bias)
+    assert out.shape == (rows, columns)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * depth ** 0.5)

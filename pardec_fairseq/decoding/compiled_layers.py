@@ -298,7 +298,8 @@ class _CompiledWeights(_LayerKind):
             layer_norms = [layer.self_norm.module, layer.enc_norm.module if self.cross_attention else None,
                            layer.ffn_norm.module]
             if not self.cross_attention:  # type-stable placeholders the kernel never reads
-                parts = parts[:2] + [_PLACEHOLDER, _PLACEHOLDER] + parts[2:]
+                placeholder = _Placeholder(parts[0].panels.dtype)
+                parts = parts[:2] + [placeholder, placeholder] + parts[2:]
             products.append(tuple(part.panels for part in parts))
             biases.append(tuple(part.panel_bias for part in parts))
             widths.append(np.array([part.columns for part in parts], dtype=np.int64))
@@ -356,14 +357,13 @@ class RowStep(_CompiledWeights):
 
 
 class _Placeholder:
-    """A product slot the kernel never reads (no encoder attention)."""
+    """A product slot the kernel never reads (no encoder attention), its panels of the layer's kind."""
 
-    panels = np.zeros((0, 0, vector_kernels.PANEL), dtype=np.float32)
     panel_bias = np.zeros(0, dtype=np.float32)
     columns = 0
 
-
-_PLACEHOLDER = _Placeholder()
+    def __init__(self, dtype):
+        self.panels = np.zeros((0, 0, vector_kernels.PANEL), dtype=dtype)
 
 
 class CompiledLayers(_CompiledWeights):

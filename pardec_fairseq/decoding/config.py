@@ -11,6 +11,7 @@ ACCEPTANCE_CHOICES = ChoiceEnum(["exact", "top-k", "top-beta", "distance"])
 IAD_REENTRY_CHOICES = ChoiceEnum(["unique", "nearest", "expected"])
 VERIFIER_CHOICES = ChoiceEnum(["fast", "fairseq"])
 REFINE_CHOICES = ChoiceEnum(["none", "ngram", "neural"])
+DRAFT_PRECISION_CHOICES = ChoiceEnum(["auto", "float32", "bfloat16"])
 
 
 @dataclass
@@ -124,6 +125,14 @@ class DecodingConfig(FairseqDataclass):
                   "verified as always. 0: all words; default: a draft head's own (the --draft-vocab it was "
                   "trained with: --task translation_draft_head then scores and trains those words alone), "
                   "else all"},
+    )
+    draft_precision: DRAFT_PRECISION_CHOICES = field(
+        default="auto",
+        metadata={"help": "bpd, and gad with a draft_head: the precision of the drafter's own matrix products on a "
+                  "CPU. 'bfloat16' rounds their weights and inputs to bfloat16 and multiplies with AVX-512's "
+                  "bfloat16 dot product, accumulating in float32: faster drafting calls, slightly different "
+                  "drafts, the same output (the verifier checks every drafted token in float32); it needs a CPU "
+                  "with avx512_bf16. 'auto': bfloat16 where the CPU has it, else float32"},
     )
     refine: REFINE_CHOICES = field(
         default="none",

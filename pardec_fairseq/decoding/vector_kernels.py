@@ -12,14 +12,20 @@ C compiler, and takes the target's vector width from LLVM.
 
 The weight is packed once into panels of 64 output columns, ``[panels, in, 64]``, so that each step
 of the inner loop reads 256 contiguous bytes; the last panel is padded with zeros.
+
+Where numba compiles for a CPU with AVX-512's bfloat16 dot product, a weight may be packed in
+bfloat16 instead (``pack_bfloat16``): the same tile then multiplies pairs of bfloat16 rows, twice the
+multiply-adds per instruction from half the bytes, for products whose exactness does not matter (a
+drafter's: the verifier checks every drafted token in float32).
 """
 import numba
 import numpy as np
 import torch
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 LANES = 16  # floats per vector register (AVX-512); LLVM splits them where registers are narrower
 VECTORS = 4  # vectors per row of a tile
@@ -27,16 +33,34 @@ PANEL = LANES * VECTORS  # output columns of a panel
 TILE_ROWS = 4  # rows of a full tile: 4 x 4 accumulators, the weight's 4 vectors and a broadcast fit 32 registers
 
 
+class _BFloat(ir.Type):
+    """LLVM's ``bfloat`` (llvmlite has no class for it): the operand type of the bfloat16 dot product."""
+
+    def _to_string(self):
+        return "bfloat"
+
+    def __eq__(self, other):
+        return isinstance(other, _BFloat)
+
+    def __hash__(self):
+        return hash("bfloat")
+
+
 def _tile(rows: int):
     """An intrinsic ``tile(x, r0, panels, p, bias, out, o0, c0)``: ``out[o0:o0+rows, c0:c0+64] =
-    x[r0:r0+rows] @ panels[p] + bias[64p:64p+64]``, all C-contiguous float32, ``out`` with at least 64
-    columns from ``c0``."""
+    x[r0:r0+rows] @ panels[p] + bias[64p:64p+64]``, all C-contiguous, ``out`` with at least 64
+    columns from ``c0``. Float32 ``x`` and ``panels`` (``pack``) multiply-add in float32; int32 ones
+    hold bfloat16 pairs (``bfloat16_pairs``, ``pack_bfloat16``) and go through AVX-512's bfloat16 dot
+    product, two multiply-adds per lane and instruction, accumulated in float32."""
 
     @intrinsic
     def tile(typingctx, x, r0, panels, p, bias, out, o0, c0):
-        arrays = (x, panels, bias, out)
-        if any(not isinstance(a, types.Array) or a.dtype != types.float32 or a.layout != "C" for a in arrays):
+        operands, floats = (x, panels), (bias, out)
+        if any(not isinstance(a, types.Array) or a.layout != "C" for a in operands + floats) or \
+                any(a.dtype != types.float32 for a in floats) or x.dtype != panels.dtype or \
+                x.dtype not in (types.float32, types.int32):
             return None
+        pairs = x.dtype == types.int32
         signature = types.void(x, r0, panels, p, bias, out, o0, c0)
 
         def codegen(context, builder, signature, args):
@@ -47,17 +71,28 @@ def _tile(rows: int):
             out_data = cgutils.create_struct_proxy(signature.args[5])(context, builder, value=out_arg)
             i64, i32 = ir.IntType(64), ir.IntType(32)
             vector = ir.VectorType(ir.FloatType(), LANES)
-            vector_pointer = vector.as_pointer()
-            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3),
-                                                 "llvm.fma.v16f32")
+            operand = ir.VectorType(i32, LANES) if pairs else vector  # what a row of a panel holds
+            if pairs:
+                bfloats = ir.VectorType(_BFloat(), 2 * LANES)
+                dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector, bfloats, bfloats]),
+                                                     "llvm.x86.avx512bf16.dpbf16ps.512")
+
+                def multiply_add(a, b, total):
+                    return builder.call(dot, [total, builder.bitcast(a, bfloats), builder.bitcast(b, bfloats)])
+            else:
+                fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3),
+                                                     "llvm.fma.v16f32")
+
+                def multiply_add(a, b, total):
+                    return builder.call(fma, [a, b, total])
             depth = cgutils.unpack_tuple(builder, x_data.shape, 2)[1]
             out_width = cgutils.unpack_tuple(builder, out_data.shape, 2)[1]
 
             def const(value):
                 return ir.Constant(i64, value)
 
-            def load_vector(pointer, offset):
-                return builder.load(builder.bitcast(builder.gep(pointer, [const(offset)]), vector_pointer), align=4)
+            def load_vector(pointer, offset, kind=vector):
+                return builder.load(builder.bitcast(builder.gep(pointer, [const(offset)]), kind.as_pointer()), align=4)
 
             panel = builder.gep(panel_data.data, [builder.mul(builder.mul(p_arg, depth), const(PANEL))])
             panel_bias = builder.gep(bias_data.data, [builder.mul(p_arg, const(PANEL))])
@@ -70,22 +105,22 @@ def _tile(rows: int):
             x_rows = [builder.gep(x_data.data, [builder.mul(builder.add(r0_arg, const(r)), depth)])
                       for r in range(rows)]
             splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
-            undefined = ir.Constant(vector, ir.Undefined)
+            undefined = ir.Constant(operand, ir.Undefined)
             with cgutils.for_range(builder, depth) as loop:
                 weight_row = builder.gep(panel, [builder.mul(loop.index, const(PANEL))])
-                weights = [load_vector(weight_row, v * LANES) for v in range(VECTORS)]
+                weights = [load_vector(weight_row, v * LANES, operand) for v in range(VECTORS)]
                 for r in range(rows):
                     scalar = builder.load(builder.gep(x_rows[r], [loop.index]))
                     broadcast = builder.shuffle_vector(builder.insert_element(undefined, scalar, ir.Constant(i32, 0)),
                                                        undefined, splat)
                     for v in range(VECTORS):
-                        total = builder.call(fma, [broadcast, weights[v], builder.load(accumulators[r][v])])
+                        total = multiply_add(broadcast, weights[v], builder.load(accumulators[r][v]))
                         builder.store(total, accumulators[r][v])
             for r in range(rows):
                 out_row = builder.gep(out_data.data, [builder.add(builder.mul(builder.add(o0_arg, const(r)), out_width),
                                                                   c0_arg)])
                 for v in range(VECTORS):
-                    target = builder.bitcast(builder.gep(out_row, [const(v * LANES)]), vector_pointer)
+                    target = builder.bitcast(builder.gep(out_row, [const(v * LANES)]), vector.as_pointer())
                     builder.store(builder.load(accumulators[r][v]), target, align=4)
             return context.get_dummy_value()
 
@@ -133,23 +168,63 @@ def _panels_in_parallel(x, panels, bias, out, full):
 
 
 @numba.njit(cache=True, nogil=True)
+def bfloat16_bits(x):
+    """The bfloat16 nearest to each float32 of ``x`` (ties to even), as the high half's 16 bits."""
+    bits = x.view(np.uint32)
+    return (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+
+
+@numba.njit(cache=True, nogil=True)
+def bfloat16_pairs(x):
+    """Float32 rows ``[rows, in]`` (C-contiguous) as int32 ``[rows, ceil(in / 2)]``: elements ``2i``
+    and ``2i + 1`` in bfloat16, in the low and high half (an odd last element paired with zero)."""
+    rows, depth = x.shape
+    bits = bfloat16_bits(x)
+    pairs = np.zeros((rows, (depth + 1) // 2), dtype=np.uint32)
+    for r in range(rows):
+        for i in range(depth):
+            pairs[r, i // 2] |= bits[r, i] << np.uint32(16 * (i % 2))
+    return pairs.view(np.int32)
+
+
+def rows_for(x, panels):
+    """``x`` as ``panels`` multiply it: itself, or its bfloat16 pairs for bfloat16 panels."""
+
+
+@overload(rows_for)
+def _rows_for(x, panels):
+    if panels.dtype == types.int32:
+        return lambda x, panels: bfloat16_pairs(x)
+    return lambda x, panels: x
+
+
+@numba.njit(cache=True, nogil=True)
 def product(x, panels, bias, columns):
     """``x @ weight + bias`` for ``x`` ``[rows, in]`` (C-contiguous float32), the weight packed by
-    ``pack`` and ``bias`` by ``pack_bias``; ``columns``: the weight's output width. Large products
-    share their panels among numba's threads (as many as ``numba.set_num_threads`` says: callers set
-    torch's number with ``follow_torch_threads``)."""
+    ``pack`` (float32) or ``pack_bfloat16`` (the rows then rounded to bfloat16 too) and ``bias`` by
+    ``pack_bias``; ``columns``: the weight's output width. Large products share their panels among
+    numba's threads (as many as ``numba.set_num_threads`` says: callers set torch's number with
+    ``follow_torch_threads``)."""
     out = np.empty((x.shape[0], columns), dtype=np.float32)
     full = columns // PANEL
+    operand = rows_for(x, panels)
     if x.shape[0] * x.shape[1] * columns >= PARALLEL_WORK:
-        _panels_in_parallel(x, panels, bias, out, full)
+        _panels_in_parallel(operand, panels, bias, out, full)
     else:
         for p in range(full):
-            panel_into(x, panels, p, bias, out, p * PANEL)
+            panel_into(operand, panels, p, bias, out, p * PANEL)
     if full < panels.shape[0]:  # the padded last panel goes through a scratch tile
         scratch = np.empty((x.shape[0], PANEL), dtype=np.float32)
-        panel_into(x, panels, full, bias, scratch, 0)
+        panel_into(operand, panels, full, bias, scratch, 0)
         out[:, full * PANEL:] = scratch[:, :columns - full * PANEL]
     return out
+
+
+def has_bfloat16_product() -> bool:
+    """Whether numba compiles for a CPU with AVX-512's bfloat16 dot product (``pack_bfloat16``'s panels)."""
+    if numba.config.CPU_NAME not in (None, "host"):
+        return False
+    return bool(llvm.get_host_cpu_features().get("avx512bf16", False))
 
 
 def follow_torch_threads():
@@ -169,6 +244,17 @@ def pack(weight: np.ndarray) -> np.ndarray:
     padded = np.zeros((depth, count * PANEL), dtype=np.float32)
     padded[:, :columns] = weight
     return np.ascontiguousarray(padded.reshape(depth, count, PANEL).transpose(1, 0, 2))
+
+
+def pack_bfloat16(weight: np.ndarray) -> np.ndarray:
+    """An ``(in, out)`` float32 weight rounded to bfloat16 as int32 ``[panels, ceil(in / 2), 64]``:
+    each holds rows ``2i`` and ``2i + 1`` of a column in its low and high half (zero-padded)."""
+    depth, columns = weight.shape
+    padded = np.zeros((depth + depth % 2, -(-columns // PANEL) * PANEL), dtype=np.float32)
+    padded[:depth, :columns] = weight
+    bits = bfloat16_bits(padded)
+    pairs = (bits[0::2] | (bits[1::2] << np.uint32(16))).view(np.int32)
+    return np.ascontiguousarray(pairs.reshape(pairs.shape[0], -1, PANEL).transpose(1, 0, 2))
 
 
 def pack_bias(bias, columns: int) -> np.ndarray:

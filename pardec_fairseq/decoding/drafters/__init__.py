@@ -7,6 +7,7 @@ of the pass (before the output advances), and ``keep_rows`` follows finished row
 """
 import torch
 
+from pardec_fairseq.decoding import vector_kernels
 from pardec_fairseq.decoding.fast_ops import Product
 from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.draft_head import first_words
@@ -40,15 +41,25 @@ def output_tail(state, width):
     return state.tokens.gather(1, columns.clamp(min=0)), columns < 0
 
 
-def draft_projection(decoder, words: int, refinement=None) -> Product:
+def bfloat16_products(precision: str) -> bool:
+    """Whether a drafter's own products run in bfloat16 (``--draft-precision``)."""
+    supported = vector_kernels.has_bfloat16_product()
+    if precision == "bfloat16" and not supported:
+        raise ValueError("--draft-precision bfloat16 needs a CPU with AVX-512's bfloat16 dot product (avx512_bf16), "
+                         "which this one lacks: use --draft-precision auto or float32")
+    return precision == "bfloat16" or (precision == "auto" and supported)
+
+
+def draft_projection(decoder, words: int, refinement=None, bfloat16: bool = False) -> Product:
     """``decoder``'s output projection onto its first ``words`` words (all of them with 0), re-laid:
     drafts among the most frequent words are verified as any others, so the output stays the same.
-    ``refinement``: the one choosing drafts from the top-k lattice of these words, if any."""
+    ``refinement``: the one choosing drafts from the top-k lattice of these words, if any;
+    ``bfloat16``: the product in bfloat16 on a CPU."""
     weight, bias = first_words(decoder.output_projection, words)
     if refinement is not None and weight.size(0) < refinement.top_k:
         raise ValueError(f"--draft-vocab {words} keeps fewer words than the lattice's --refine-top-k "
                          f"{refinement.top_k} candidates per position: raise --draft-vocab or lower --refine-top-k")
-    return Product(weight.detach().t(), None if bias is None else bias.detach())
+    return Product(weight.detach().t(), None if bias is None else bias.detach(), bfloat16)
 
 
 def source_to_target(src_dict, tgt_dict):

@@ -27,13 +27,17 @@ from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLay
                                               verifier_fingerprint)
 
 
-def relaid(layer: HeadLayer) -> DecoderLayer:
-    """A head layer as the fast path's decoder layer (pre-norm, relu, the slots' q/k/v in one product)."""
+def relaid(layer: HeadLayer, bfloat16: bool = False) -> DecoderLayer:
+    """A head layer as the fast path's decoder layer (pre-norm, relu, the slots' q/k/v in one product),
+    its products in bfloat16 with ``bfloat16``."""
     scale = (layer.q.out_features // layer.heads) ** -0.5
-    encoder = (Product.of(layer.enc_q, scale_first=scale), Product.of(layer.enc_kv), Product.of(layer.enc_out),
+
+    def product(*linears, scale_first=1.0):
+        return Product.of(*linears, scale_first=scale_first, bfloat16=bfloat16)
+    encoder = (product(layer.enc_q, scale_first=scale), product(layer.enc_kv), product(layer.enc_out),
                Norm(layer.enc_norm, True))
-    return DecoderLayer(layer.heads, Product.of(layer.q, layer.slot_kv, scale_first=scale), Product.of(layer.self_out),
-                        Norm(layer.self_norm, True), Product.of(layer.fc1), Product.of(layer.fc2), F.relu,
+    return DecoderLayer(layer.heads, product(layer.q, layer.slot_kv, scale_first=scale), product(layer.self_out),
+                        Norm(layer.self_norm, True), product(layer.fc1), product(layer.fc2), F.relu,
                         Norm(layer.ffn_norm, True), encoder)
 
 
@@ -45,21 +49,22 @@ class _Layers:
 
 
 class DraftHeadDrafter(Drafter):
-    def __init__(self, model: DraftHeadModel, refinement=None, draft_vocab: int = 0):
+    def __init__(self, model: DraftHeadModel, refinement=None, draft_vocab: int = 0, bfloat16: bool = False):
         """Drafts with ``model``'s head re-laid (the model is left as it is); ``refinement``: a
         ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from the slots' top-k
         lattice (``None``: each slot's top-1); ``draft_vocab``: the slots draft among the dictionary's
-        first ``draft_vocab`` words (0: all)."""
+        first ``draft_vocab`` words (0: all); ``bfloat16``: the head's products (the verifier's
+        encoder states' keys and values aside, computed by torch once per batch) in bfloat16 on a CPU."""
         head, self.verifier = model.head, model.verifier
         self.refinement = refinement
         self.drafts_trees = refinement is not None and refinement.drafts > 1
         self.block_size, self.final_norm = head.block_size, head.final_norm
         with torch.no_grad():
-            self.layers = [relaid(layer) for layer in head.layers]
-            self.memory = [Product.of(layer.memory_kv) for layer in head.layers]
-            self.fuse, self.slot_embedding = Product.of(head.fuse), head.slot_embedding.detach()
+            self.layers = [relaid(layer, bfloat16) for layer in head.layers]
+            self.memory = [Product.of(layer.memory_kv, bfloat16=bfloat16) for layer in head.layers]
+            self.fuse, self.slot_embedding = Product.of(head.fuse, bfloat16=bfloat16), head.slot_embedding.detach()
             decoder = self.verifier.decoder
-            self.output_layer = draft_projection(decoder, draft_vocab, refinement) \
+            self.output_layer = draft_projection(decoder, draft_vocab, refinement, bfloat16) \
                 if has_fairseq_output_layer(decoder, draft_vocab) else decoder.output_layer
         layers = _Layers(self.layers)
         self.compiled = CompiledLayers(layers) if compiles(layers) else None
@@ -70,7 +75,8 @@ class DraftHeadDrafter(Drafter):
                                               self.slot_embedding, self.final_norm, self.output_layer, self.memory)
 
     @classmethod
-    def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=None):
+    def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=None,
+                   bfloat16: bool = False):
         """``draft_vocab``: ``None`` for the words the head was trained to draft among."""
         saved = state.get("task_state", {})
         check_dictionaries(path, saved, src_dict, tgt_dict)
@@ -88,7 +94,7 @@ class DraftHeadDrafter(Drafter):
         parameter = next(verifier.parameters())
         if draft_vocab is None:
             draft_vocab = getattr(state["cfg"].task, "draft_vocab", None) or 0
-        return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement, draft_vocab)
+        return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement, draft_vocab, bfloat16)
 
     def begin(self, net_input, max_len, encoded=None):
         if encoded is None or encoded[0] is None:
