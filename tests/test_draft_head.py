@@ -171,10 +171,10 @@ def test_training_sees_every_prefix_as_decoding_does(compiled):
     net_input = batch["net_input"]
     prev_output = torch.cat([torch.tensor([dictionary.eos()]), tokens[:-1]]).unsqueeze(0)
     source = {"src_tokens": net_input["src_tokens"][row:row + 1], "src_lengths": net_input["src_lengths"][row:row + 1]}
-    features = model(**source, prev_output_tokens=prev_output)
+    features, _ = model(**source, prev_output_tokens=prev_output)
     changed = prev_output.clone()
     changed[0, -1] = 7 if int(changed[0, -1]) != 7 else 8
-    assert torch.allclose(model(**source, prev_output_tokens=changed)[0, :-1], features[0, :-1], atol=1e-6)
+    assert torch.allclose(model(**source, prev_output_tokens=changed)[0][0, :-1], features[0, :-1], atol=1e-6)
 
     drafter = DraftHeadDrafter(model)
     if not compiled:
@@ -213,7 +213,7 @@ def test_the_loss_scores_the_slots_before_the_end_alone():
     # targets 3 + EOS and 1 + EOS tokens: slots (t, i) with t + i inside the sentence
     assert sample_size == (4 + 3) + (2 + 1) == log["ntokens"]
     assert log["prefixes"] == 4 + 2
-    features = model(**batch["net_input"])
+    features, _ = model(**batch["net_input"])
     targets = slot_targets(batch["target"], dictionary.pad(), 2)
     scored = targets.ne(dictionary.pad())
     lprobs = torch.log_softmax(model.output_layer(features[scored]), -1)
@@ -236,7 +236,7 @@ def test_a_head_drafting_among_the_first_words_is_trained_on_those_alone():
     scored = targets.ne(dictionary.pad()) & targets.lt(10)
     assert sample_size == 3 + 2 == int(scored.sum())  # 9 and two EOS, two EOS
     assert log["prefixes"] == 4 + 2  # every prefix before the end counts in the accuracy
-    features = model(**batch["net_input"])
+    features, _ = model(**batch["net_input"])
     logits = model.output_layer(features[scored])
     assert logits.shape == (5, 10)
     lprobs = torch.log_softmax(logits, -1)
@@ -247,6 +247,46 @@ def test_a_head_drafting_among_the_first_words_is_trained_on_those_alone():
     assert first.sum() == 3 and log["slot1_correct"] == int(right.sum())
 
 
+@pytest.mark.parametrize("draft_vocab", [0, 10])
+def test_soft_targets_are_the_verifiers_distribution_at_each_slots_position(draft_vocab):
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=3, layers=1).eval()
+    model = build_head(verifier, block_size=2).eval()
+    model.draft_vocab = draft_vocab
+    batch = make_batch(dictionary, [[4, 5, 6], [7, 8]], targets=[[9, 4, 11], [5]])
+    task = SimpleNamespace(target_dictionary=dictionary, verifier=verifier)
+    hard, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0)(model, batch)
+    soft, _, log = DraftHeadLossCriterion(task, label_smoothing=0.0, soft_target_weight=1.0)(model, batch)
+    mixed, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0, soft_target_weight=0.25)(model, batch)
+    # by hand: the verifier's full forward, slot i after t tokens against its distribution after input t + i - 1
+    net_input = batch["net_input"]
+    verifier_logits, _ = verifier(net_input["src_tokens"], net_input["src_lengths"], net_input["prev_output_tokens"])
+    words = draft_vocab or len(dictionary)
+    features, _ = model(**net_input)
+    expected = 0.0
+    for row, target in enumerate(batch["target"].tolist()):
+        for t in range(len(target)):
+            for i in range(2):
+                if t + i >= len(target) or target[t + i] == dictionary.pad() or target[t + i] >= words:
+                    continue  # past the end or a word the head does not draft: not scored
+                teacher = torch.softmax(verifier_logits[row, t + i, :words], -1)
+                student = torch.log_softmax(model.output_layer(features[row, t, i]), -1)
+                expected -= (teacher * student).sum().item()
+    assert soft.item() == pytest.approx(expected, rel=1e-5)
+    assert mixed.item() == pytest.approx(0.75 * hard.item() + 0.25 * expected, rel=1e-5)
+    assert log["slot1_correct"] >= 0 and log["sample_size"] > 0
+    soft.backward()
+    assert model.head.fuse.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in verifier.parameters())
+
+
+def test_the_soft_target_weight_is_a_weight():
+    dictionary = make_dictionary(20)
+    task = SimpleNamespace(target_dictionary=dictionary, verifier=None)
+    with pytest.raises(ValueError, match="--soft-target-weight 1.5"):
+        DraftHeadLossCriterion(task, label_smoothing=0.0, soft_target_weight=1.5)
+
+
 def test_attention_dropout_is_its_own_option():
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=2, layers=1)
@@ -254,8 +294,8 @@ def test_attention_dropout_is_its_own_option():
     for attention_dropout, same in ((0.0, True), (0.5, False)):
         model = build_head(verifier, attention_dropout=attention_dropout).train()  # no other dropout
         torch.manual_seed(0)
-        first = model(**batch["net_input"])
-        assert torch.equal(first, model(**batch["net_input"])) == same
+        first, _ = model(**batch["net_input"])
+        assert torch.equal(first, model(**batch["net_input"])[0]) == same
 
 
 def test_the_head_saves_its_own_weights_and_keeps_the_verifier_in_eval_mode():

@@ -6,6 +6,13 @@ the first ``--draft-vocab`` words, slots whose target is another word. Only the 
 projected onto the (head's) vocabulary. Besides the loss it logs ``slot1_acc`` (the first slot's accuracy)
 and ``accepted``: the mean number of leading slots predicted right, what exact acceptance would
 keep of each draft if the verifier's outputs were the targets (train on its own greedy outputs).
+
+``--soft-target-weight w`` mixes in, with weight ``w``, the cross-entropy against the verifier's own
+next-token distribution at the slot's position (teacher-forced on the targets, over the words the
+head drafts among): on the verifier's greedy outputs its argmax is the hard target, and the rest of
+the distribution tells the head which wrong words are nearly right (Hinton et al.'s soft targets;
+Zhou et al.'s DistillSpec for drafters). The verifier's states come from the pass the head reads
+anyway, so a step adds one projection per target position.
 """
 from dataclasses import dataclass, field
 
@@ -22,6 +29,9 @@ from pardec_fairseq.criterions.loss_metrics import log_loss_in_bits
 @dataclass
 class DraftHeadLossConfig(FairseqDataclass):
     label_smoothing: float = field(default=0.0, metadata={"help": "label smoothing of the slot targets"})
+    soft_target_weight: float = field(default=0.0, metadata={
+        "help": "weight (0 to 1) of the cross-entropy against the verifier's own next-token distributions; "
+                "the targets' cross-entropy gets the rest"})
 
 
 def slot_targets(target, pad, block_size):
@@ -33,15 +43,18 @@ def slot_targets(target, pad, block_size):
 
 @register_criterion("draft_head_loss", dataclass=DraftHeadLossConfig)
 class DraftHeadLossCriterion(FairseqCriterion):
-    def __init__(self, task, label_smoothing):
+    def __init__(self, task, label_smoothing, soft_target_weight=0.0):
         super().__init__(task)
         if not hasattr(task, "verifier"):
             raise ValueError("--criterion draft_head_loss trains the draft head: use it with "
                              "--task translation_draft_head --arch draft_head")
-        self.epsilon = label_smoothing
+        if not 0.0 <= soft_target_weight <= 1.0:
+            raise ValueError(f"--soft-target-weight {soft_target_weight}: give a weight from 0 (the targets alone) "
+                             "to 1 (the verifier's distributions alone)")
+        self.epsilon, self.soft_weight = label_smoothing, soft_target_weight
 
     def forward(self, model, sample, reduce=True):
-        features = model(**sample["net_input"])  # [rows, T, k, d]
+        features, extra = model(**sample["net_input"])  # [rows, T, k, d]
         rows, length, block_size, _ = features.shape
         targets = slot_targets(sample["target"], self.padding_idx, block_size)
         real = targets.ne(self.padding_idx)
@@ -52,6 +65,9 @@ class DraftHeadLossCriterion(FairseqCriterion):
             loss = nll = F.cross_entropy(logits.float(), targets[scored], reduction="sum")
         else:
             loss, nll = label_smoothed_nll_loss(F.log_softmax(logits.float(), dim=-1), targets[scored], self.epsilon)
+        if self.soft_weight:
+            soft = self.soft_cross_entropy(model, extra["verifier_states"], scored, logits)
+            loss = (1.0 - self.soft_weight) * loss + self.soft_weight * soft
         right = torch.zeros_like(scored)
         right[scored] = logits.argmax(-1).eq(targets[scored])
         # leading slots right, at the prefixes before the end (a word the head cannot draft is wrong)
@@ -63,6 +79,18 @@ class DraftHeadLossCriterion(FairseqCriterion):
             "slot1_correct": int(right[:, :, 0][real[:, :, 0]].sum()),
         }
         return loss, sample_size, logging_output
+
+    @staticmethod
+    def soft_cross_entropy(model, states, scored, logits):
+        """Summed cross-entropy of the scored slots' ``logits`` against the verifier's distribution
+        at each slot's position: slot ``i`` after ``t`` tokens, the verifier's state after input
+        ``t + i - 1`` (``states`` ``[rows, T, d]``, ``scored`` ``[rows, T, k]``)."""
+        with torch.no_grad():
+            teacher = F.log_softmax(model.output_layer(states).float(), dim=-1)  # [rows, T, words]
+            block_size = scored.size(2)
+            padded = F.pad(teacher, (0, 0, 0, block_size))  # positions past the end are never scored
+            teacher = padded.unfold(1, block_size, 1)[:, :states.size(1)].transpose(2, 3)[scored]
+        return -(teacher.exp() * F.log_softmax(logits.float(), dim=-1)).sum()
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:

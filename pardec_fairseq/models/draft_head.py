@@ -206,7 +206,9 @@ class DraftHeadModel(BaseFairseqModel):
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
         """Slot features ``[rows, T, k, d]`` for every prefix length ``t`` of the targets whose
-        decoder input is ``prev_output_tokens`` ``[rows, T]`` (BOS, y_1 .. y_{T-1})."""
+        decoder input is ``prev_output_tokens`` ``[rows, T]`` (BOS, y_1 .. y_{T-1}), and as fairseq's
+        decoders do an extra dictionary: ``verifier_states`` ``[rows, T, d]``, the verifier's final
+        decoder states, from which the criterion takes the verifier's own next-token distributions."""
         with torch.no_grad():
             encoder_out = self.verifier.encoder(src_tokens, src_lengths=src_lengths)
             states, _ = self.verifier.decoder.extract_features(prev_output_tokens, encoder_out=encoder_out)
@@ -222,7 +224,7 @@ class DraftHeadModel(BaseFairseqModel):
         visible = torch.cat([torch.arange(length, device=t.device) < t.unsqueeze(1), t.unsqueeze(1) == t], 1)
         features = self.head(x, self.head.memory_keys_values(states), visible, self.head.encoder_keys_values(enc),
                              source_visible(padding, enc))
-        return features.view(rows, length, k, -1)
+        return features.view(rows, length, k, -1), {"verifier_states": states}
 
 
 @register_model_architecture("draft_head", "draft_head")
