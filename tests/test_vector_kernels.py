@@ -12,14 +12,19 @@ from hypothesis import strategies as st
 from pardec_fairseq.decoding import vector_kernels
 
 
+def random_operands(seed, rows, depth, columns, with_bias):
+    """Rows ``x``, a weight and a bias (or ``None``) of standard normal floats."""
+    generator = np.random.default_rng(seed)
+    x = generator.standard_normal((rows, depth), dtype=np.float32)
+    weight = generator.standard_normal((depth, columns), dtype=np.float32)
+    return x, weight, generator.standard_normal(columns, dtype=np.float32) if with_bias else None
+
+
 @settings(max_examples=60, deadline=None)
 @given(rows=st.integers(1, 13), depth=st.integers(1, 300), columns=st.sampled_from([1, 17, 63, 64, 65, 128, 200, 777]),
        with_bias=st.booleans(), seed=st.integers(0, 10_000))
 def test_products_equal_numpy(rows, depth, columns, with_bias, seed):
-    generator = np.random.default_rng(seed)
-    x = generator.standard_normal((rows, depth), dtype=np.float32)
-    weight = generator.standard_normal((depth, columns), dtype=np.float32)
-    bias = generator.standard_normal(columns, dtype=np.float32) if with_bias else None
+    x, weight, bias = random_operands(seed, rows, depth, columns, with_bias)
     out = vector_kernels.product(x, vector_kernels.pack(weight), vector_kernels.pack_bias(bias, columns), columns)
     expected = x @ weight + (0 if bias is None else bias)
     assert out.shape == (rows, columns)
@@ -85,10 +90,7 @@ def test_bfloat16_rounds_to_nearest_ties_to_even():
 @given(rows=st.integers(1, 13), depth=st.integers(1, 300), columns=st.sampled_from([1, 17, 64, 65, 200, 1024]),
        with_bias=st.booleans(), seed=st.integers(0, 10_000))
 def test_bfloat16_products_are_those_of_the_rounded_operands(rows, depth, columns, with_bias, seed):
-    generator = np.random.default_rng(seed)
-    x = generator.standard_normal((rows, depth), dtype=np.float32)
-    weight = generator.standard_normal((depth, columns), dtype=np.float32)
-    bias = generator.standard_normal(columns, dtype=np.float32) if with_bias else None
+    x, weight, bias = random_operands(seed, rows, depth, columns, with_bias)
     panels = vector_kernels.pack_bfloat16(weight)
     assert panels.dtype == np.int32 and panels.shape == (-(-columns // 64), (depth + 1) // 2, 64)
     out = vector_kernels.product(x, panels, vector_kernels.pack_bias(bias, columns), columns)
