@@ -256,7 +256,7 @@ def test_soft_targets_are_the_verifiers_distribution_at_each_slots_position(draf
     batch = make_batch(dictionary, [[4, 5, 6], [7, 8]], targets=[[9, 4, 11], [5]])
     task = SimpleNamespace(target_dictionary=dictionary, verifier=verifier)
     hard, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0)(model, batch)
-    soft, _, log = DraftHeadLossCriterion(task, label_smoothing=0.0, soft_target_weight=1.0)(model, batch)
+    soft, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0, soft_target_weight=1.0)(model, batch)
     mixed, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0, soft_target_weight=0.25)(model, batch)
     # by hand: the verifier's full forward, slot i after t tokens against its distribution after input t + i - 1
     net_input = batch["net_input"]
@@ -274,7 +274,6 @@ def test_soft_targets_are_the_verifiers_distribution_at_each_slots_position(draf
                 expected -= (teacher * student).sum().item()
     assert soft.item() == pytest.approx(expected, rel=1e-5)
     assert mixed.item() == pytest.approx(0.75 * hard.item() + 0.25 * expected, rel=1e-5)
-    assert log["slot1_correct"] >= 0 and log["sample_size"] > 0
     soft.backward()
     assert model.head.fuse.weight.grad.abs().sum() > 0
     assert all(p.grad is None for p in verifier.parameters())

@@ -53,8 +53,7 @@ class DraftHeadDrafter(Drafter):
         """Drafts with ``model``'s head re-laid (the model is left as it is); ``refinement``: a
         ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from the slots' top-k
         lattice (``None``: each slot's top-1); ``draft_vocab``: the slots draft among the dictionary's
-        first ``draft_vocab`` words (0: all); ``bfloat16``: the head's products (the verifier's
-        encoder states' keys and values aside, computed by torch once per batch) in bfloat16 on a CPU."""
+        first ``draft_vocab`` words (0: all); ``bfloat16``: the head's products in bfloat16 on a CPU."""
         head, self.verifier = model.head, model.verifier
         self.refinement = refinement
         self.drafts_trees = refinement is not None and refinement.drafts > 1
