@@ -250,10 +250,9 @@ def pack_bfloat16(weight: np.ndarray) -> np.ndarray:
     """An ``(in, out)`` float32 weight rounded to bfloat16 as int32 ``[panels, ceil(in / 2), 64]``:
     each holds rows ``2i`` and ``2i + 1`` of a column in its low and high half (zero-padded)."""
     depth, columns = weight.shape
-    padded = np.zeros((depth + depth % 2, -(-columns // PANEL) * PANEL), dtype=np.float32)
-    padded[:depth, :columns] = weight
-    bits = bfloat16_bits(padded)
-    pairs = (bits[0::2] | (bits[1::2] << np.uint32(16))).view(np.int32)
+    padded = np.zeros((-(-columns // PANEL) * PANEL, depth), dtype=np.float32)
+    padded[:columns] = weight.T
+    pairs = bfloat16_pairs(padded).T  # [ceil(in / 2), padded out]: a column's pairs as a row's
     return np.ascontiguousarray(pairs.reshape(pairs.shape[0], -1, PANEL).transpose(1, 0, 2))
 
 
