@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # Train a draft head (the drafter that rides on the verifier) with fairseq-train, the verifier frozen.
 #   scripts/train_draft_head.sh DATA_BIN VERIFIER.pt SAVE_DIR -s SRC -t TGT [--minutes M] [--block-size K]
-#                               [--layers L] [--draft-vocab N] [--max-tokens N] [--nproc N]
+#                               [--layers L] [--draft-vocab N] [--regression-weight W] [--max-tokens N] [--nproc N]
 #                               [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
 # DATA_BIN: binarized with the verifier's dictionaries, best its own greedy outputs on the train
 #           sources (scripts/distill.sh ... --beam 1), which are what the head must predict
 # --minutes M    stop after M minutes of wall clock (default 60)
-# --block-size K tokens drafted per call (default 4)
+# --block-size K tokens drafted per call (default 4); 1 trains a head that drafts autoregressively
+#                (decoding calls it --draft-head-steps times per pass, feeding its output features back)
 # --layers L     layers of the head (default 1)
 # --draft-vocab N  draft among the dictionary's N most frequent words, trained on those alone: a
 #                training step and a drafting call project onto N words instead of all (default 0: all)
+# --regression-weight W  weight of EAGLE's feature loss (draft_head_loss --state-regression-weight):
+#                the slots' features pulled towards the verifier's states (default 10 with --block-size 1,
+#                EAGLE's 1 : 0.1; else 0)
 # --max-tokens N target-side batch size in tokens (default 2048)
 # A finished training in SAVE_DIR (marked by SAVE_DIR/.trained) is reused; the log is SAVE_DIR/train.log.
 # Decode with: fairseq-generate ... --task translation_pardec --gen-algo gad --drafter-path SAVE_DIR/checkpoint_last.pt
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n 2,15p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,19p "$0" >&2; exit 2; }
 data=$1 verifier=$2 save=$3; shift 3
-src="" tgt="" minutes=60 block_size=4 layers=1 draft_vocab=0 max_tokens=2048 nproc=1 extra=()
+src="" tgt="" minutes=60 block_size=4 layers=1 draft_vocab=0 regression_weight="" max_tokens=2048 nproc=1 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -s) src=$2; shift 2 ;;
@@ -25,6 +29,7 @@ while [ $# -gt 0 ]; do
     --block-size) block_size=$2; shift 2 ;;
     --layers) layers=$2; shift 2 ;;
     --draft-vocab) draft_vocab=$2; shift 2 ;;
+    --regression-weight) regression_weight=$2; shift 2 ;;
     --max-tokens) max_tokens=$2; shift 2 ;;
     --nproc) nproc=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
@@ -33,6 +38,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$src" ] && [ -n "$tgt" ] || { echo "train_draft_head.sh: -s SRC and -t TGT are required" >&2; exit 2; }
 [ -f "$verifier" ] || { echo "train_draft_head.sh: verifier checkpoint $verifier not found" >&2; exit 1; }
+[ -n "$regression_weight" ] || { regression_weight=0; [ "$block_size" != 1 ] || regression_weight=10; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$save"
 if [ -f "$save/.trained" ]; then
@@ -42,7 +48,7 @@ fi
 args=("$data" --user-dir "$root/pardec_fairseq" --task translation_draft_head -s "$src" -t "$tgt"
   --verifier-path "$verifier" --block-size "$block_size" --draft-vocab "$draft_vocab" --arch draft_head
   --head-layers "$layers"
-  --criterion draft_head_loss --optimizer adam --adam-betas "(0.9,0.98)" --lr 1e-3
+  --criterion draft_head_loss --state-regression-weight "$regression_weight" --optimizer adam --adam-betas "(0.9,0.98)" --lr 1e-3
   --lr-scheduler inverse_sqrt --warmup-updates 200 --max-tokens "$max_tokens" --max-epoch 100
   --stop-time-hours "$(python3 -c "print($minutes / 60)")" --save-dir "$save" --no-epoch-checkpoints
   --log-format simple --log-interval 20 --num-workers 0 --seed 1 "${extra[@]}")

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numba
 import pytest
 import torch
+import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,7 +18,7 @@ from omegaconf import OmegaConf
 from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
-from pardec_fairseq.decoding import DecodingConfig, build_generator, vector_kernels
+from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator, vector_kernels
 from pardec_fairseq.decoding.engine import DecodingState
 from pardec_fairseq.decoding.observers import LoopObserver
 from pardec_fairseq.models.draft_head import DraftHead, DraftHeadModel, draft_head_architecture
@@ -43,10 +44,10 @@ def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_
 @given(seed=st.integers(0, 10_000), block_size=st.integers(1, 6), layers=st.integers(1, 2),
        eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
        verifier_path=st.sampled_from(["fast", "fairseq"]), pre_norm=st.booleans(), compiled=st.booleans(),
-       draft_vocab=st.sampled_from([0, 3, 9]), bfloat16=st.booleans())
+       draft_vocab=st.sampled_from([0, 3, 9]), bfloat16=st.booleans(), steps=st.sampled_from([None, 1, 2, 3]))
 def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size, layers, eos_bias, batch, max_len_b,
                                                                batch_of, verifier_path, pre_norm, compiled,
-                                                               draft_vocab, bfloat16):
+                                                               draft_vocab, bfloat16, steps):
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias,
                                  decoder_normalize_before=pre_norm, encoder_normalize_before=pre_norm)
@@ -54,7 +55,7 @@ def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size,
     expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
     bfloat16 = bfloat16 and vector_kernels.has_bfloat16_product()
     drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval(), draft_vocab=draft_vocab,
-                               bfloat16=bfloat16)
+                               bfloat16=bfloat16, steps=steps)
     assert drafter.compiled is not None
     if not compiled:  # the head's layers through torch, as on a GPU
         drafter.compiled = drafter.compiled_head = None
@@ -102,15 +103,16 @@ def test_draft_vocab_is_refused_for_a_verifier_with_its_own_output_layer():
         DraftHeadModel.build_model(args, task)
 
 
-@pytest.mark.parametrize("layers, bfloat16", [(1, False), (2, False), (2, True)])
+@pytest.mark.parametrize("layers, bfloat16, steps", [(1, False, 1), (2, False, 1), (2, True, 1), (2, False, 3),
+                                                     (1, True, 2)])
 @torch.no_grad()
-def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations_do(layers, bfloat16):
+def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations_do(layers, bfloat16, steps):
     if bfloat16 and not vector_kernels.has_bfloat16_product():
         pytest.skip("the CPU has no AVX-512 bfloat16 dot product")
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=2).eval()
     model = build_head(verifier, block_size=3, layers=layers, seed=4).eval()
-    compiled, plain = DraftHeadDrafter(model, bfloat16=bfloat16), DraftHeadDrafter(model, bfloat16=bfloat16)
+    compiled, plain = (DraftHeadDrafter(model, bfloat16=bfloat16, steps=steps) for _ in range(2))
     assert compiled.compiled_head is not None
     plain.compiled_head = None
     batch = make_batch(dictionary, [[4, 5, 6, 7, 8], [9, 10], [11, 12, 13]])
@@ -123,7 +125,8 @@ def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations
     generator = torch.Generator().manual_seed(5)
     for accepted in ([0, 2, 1], [3, 0, 2], [1, 1, 0]):  # drafted tokens kept by each pass, per row
         drafts = [drafter.propose(state).tokens for drafter in (compiled, plain)]
-        assert drafts[0].shape == (3, 3) and torch.equal(drafts[0], drafts[1])
+        assert drafts[0].shape == (3, 3 * steps) and torch.equal(drafts[0], drafts[1])
+        torch.testing.assert_close(compiled.cache.buffers, plain.cache.buffers)  # what later calls wrote
         states = torch.randn(3, 4, verifier.decoder.output_embed_dim, generator=generator)
         scores = SimpleNamespace(hidden_states=lambda model: states)
         verdict = SimpleNamespace(path=None, accepted=torch.tensor(accepted))
@@ -189,6 +192,57 @@ def test_training_sees_every_prefix_as_decoding_does(compiled):
         assert torch.allclose(slots, features[0, t], atol=1e-5), t
 
 
+@pytest.mark.parametrize("block_size, compiled", [(1, True), (1, False), (2, True)])
+@torch.no_grad()
+def test_each_drafting_step_goes_on_from_the_last_ones_features(block_size, compiled):
+    """With ``steps`` calls per proposal, call ``j + 1`` reads the tokens and output features of call ``j``
+    in place of the verifier's: the proposal after ``t`` tokens equals the head's training forward
+    rolled out by hand, its features appended to the verifier's states of the prefix."""
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=6, layers=2, eos_bias=-3.0).eval()
+    model = build_head(verifier, block_size=block_size, layers=1, seed=7).eval()
+    head, steps = model.head, 3
+    batch = make_batch(dictionary, [[4, 5, 6, 7]])
+    drafter = DraftHeadDrafter(model, steps=steps)
+    if not compiled:
+        drafter.compiled = drafter.compiled_head = None
+    generator = build_generator("greedy", [verifier], dictionary,
+                                argparse.Namespace(**dict(GENERATION_DEFAULTS, max_len_b=12)), None, drafter=drafter)
+    recorder = _ProposalRecorder()
+    generator.decoder.observers.append(recorder)
+    tokens = generator.generate([verifier], batch)[0][0]["tokens"]
+    prev_output = torch.cat([torch.tensor([dictionary.eos()]), tokens[:-1]]).unsqueeze(0)
+    encoder_out = verifier.encoder(**batch["net_input"])
+    states = verifier.decoder.extract_features(prev_output, encoder_out=encoder_out)[0][0]
+    enc = encoder_out["encoder_out"][0].transpose(0, 1)
+    encoder_keys = head.encoder_keys_values(enc)
+    assert len(recorder.proposals) > 1
+    for t, proposal in recorder.proposals:
+        memory, token, last = states[:t], prev_output[0, t], states[t - 1] if t else torch.zeros_like(states[0])
+        expected = []
+        for _ in range(steps):
+            x = head.slots(verifier.decoder.embed_tokens(token).view(1, 1, -1), last.view(1, 1, -1))[0]
+            # a leading state no slot sees, so that an empty prefix has keys too
+            keys = head.memory_keys_values(torch.cat([torch.zeros_like(states[:1]), memory]).unsqueeze(0))
+            visible = torch.ones(1, 1, block_size, memory.size(0) + 1 + block_size, dtype=torch.bool)
+            visible[..., 0] = False
+            features = head(x, keys, visible, encoder_keys, torch.ones(1, 1, 1, enc.size(1), dtype=torch.bool))[0]
+            drafted = model.output_layer(features).argmax(-1)
+            expected += drafted.tolist()
+            memory, token, last = torch.cat([memory, features]), drafted[-1], features[-1]
+        assert proposal == expected[:len(proposal)], t
+
+
+class _ProposalRecorder(LoopObserver):
+    """Each pass's proposal for a batch of one sentence, after how many accepted tokens."""
+
+    def __init__(self):
+        self.proposals = []
+
+    def after_pass(self, state, proposal, scores, verdict):
+        self.proposals.append((int(state.lengths[0]), proposal.tokens[0].tolist()))
+
+
 class _SlotRecorder(LoopObserver):
     """After each pass (before the drafter sees it), the slot features the drafter proposed from,
     for the batch's first sentence."""
@@ -200,7 +254,8 @@ class _SlotRecorder(LoopObserver):
         first = (state.rows == 0).nonzero()
         if first.numel():
             row = int(first)
-            self.slots.append((int(state.lengths[row]), self.drafter.slot_features(state)[row]))
+            slots = self.drafter.slot_features(state.last_tokens().view(-1), self.drafter.last_state, state.lengths)
+            self.slots.append((int(state.lengths[row]), slots[row]))
 
 
 def test_the_loss_scores_the_slots_before_the_end_alone():
@@ -279,6 +334,50 @@ def test_soft_targets_are_the_verifiers_distribution_at_each_slots_position(draf
     assert all(p.grad is None for p in verifier.parameters())
 
 
+def test_drafting_steps_default_to_four_for_a_one_slot_head_and_are_refused_where_they_cannot_apply(monkeypatch):
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=3, layers=1).eval()
+    assert DraftHeadDrafter(build_head(verifier, block_size=1).eval()).steps == 4
+    assert DraftHeadDrafter(build_head(verifier, block_size=3).eval()).steps == 1
+    with pytest.raises(ValueError, match="--draft-head-steps 0: a proposal takes one call of the head or more"):
+        DraftHeadDrafter(build_head(verifier).eval(), steps=0)
+    with pytest.raises(ValueError, match="--refine chooses among the top-k of one call's slots"):
+        DraftHeadDrafter(build_head(verifier).eval(), refinement=SimpleNamespace(drafts=1, top_k=2), steps=2)
+    monkeypatch.setattr(algorithms, "load_drafter_checkpoint", lambda path: ({}, "block_nat"))
+    with pytest.raises(ValueError, match="--draft-head-steps: --drafter-path nat.pt is a block_nat drafter, not a"):
+        algorithms.generalized_aggressive_decoding(DecodingConfig(drafter_path="nat.pt", draft_head_steps=2),
+                                                   dictionary, dictionary, [verifier])
+
+
+def test_the_state_regression_pulls_each_slots_features_to_the_verifiers_state_for_its_token():
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=3, layers=1).eval()
+    model = build_head(verifier, block_size=2).eval()
+    batch = make_batch(dictionary, [[4, 5, 6], [7, 8]], targets=[[9, 4, 11], [5]])
+    task = SimpleNamespace(target_dictionary=dictionary, verifier=verifier)
+    hard, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0)(model, batch)
+    both, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0, state_regression_weight=2.0)(model, batch)
+    # by hand: slot i after t tokens against the verifier's state after input t + i, where a target exists
+    net_input = batch["net_input"]
+    features, extra = model(**net_input)
+    states = verifier.decoder.extract_features(net_input["prev_output_tokens"],
+                                               encoder_out=verifier.encoder(net_input["src_tokens"],
+                                                                            net_input["src_lengths"]))[0]
+    torch.testing.assert_close(extra["verifier_states"], states)
+    expected = 0.0
+    for row, target in enumerate(batch["target"].tolist()):
+        for t in range(len(target)):
+            for i in range(2):
+                if t + i < len(target) and target[t + i] != dictionary.pad():
+                    expected += F.smooth_l1_loss(features[row, t, i], states[row, t + i]).item()
+    assert both.item() == pytest.approx(hard.item() + 2.0 * expected, rel=1e-5)
+    both.backward()
+    assert model.head.fuse.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in verifier.parameters())
+    with pytest.raises(ValueError, match="--state-regression-weight -1.0"):
+        DraftHeadLossCriterion(task, label_smoothing=0.0, state_regression_weight=-1.0)
+
+
 def test_the_soft_target_weight_is_a_weight():
     dictionary = make_dictionary(20)
     task = SimpleNamespace(target_dictionary=dictionary, verifier=None)
@@ -342,9 +441,9 @@ def test_a_head_trained_through_fairseq_train_decodes_losslessly(toy_experiment,
 
     greedy = hypotheses(run_fairseq(*generate, "--beam", 1, "--batch-size", 16))
     assert len(greedy) == 100
-    for batch_size, draft_vocab in ((1, ()), (16, ()), (16, ("--draft-vocab", 0))):
+    for batch_size, options in ((1, ()), (16, ()), (16, ("--draft-vocab", 0)), (16, ("--draft-head-steps", 3))):
         gad = run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", toy_head["checkpoint"],
-                          "--batch-size", batch_size, *draft_vocab)
+                          "--batch-size", batch_size, *options)
         assert hypotheses(gad) == greedy
     # a head trained for other verifier weights is refused before decoding
     verifier_state = checkpoint_utils.load_checkpoint_to_cpu(str(toy_experiment["checkpoint"]))
@@ -387,6 +486,15 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
                             capture_output=True, text=True, timeout=600)
     assert failed.returncode != 0 and "train_draft_head.sh: fairseq-train failed" in failed.stderr
     assert not (tmp_path / "broken" / ".trained").exists()
+    # a one-slot head is trained with EAGLE's feature loss and drafts four steps per pass
+    one_slot = tmp_path / "one_slot"
+    run_script("train_draft_head.sh", *common[:2], one_slot, *common[3:-1], 1, "--", "--max-update", 2)
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(one_slot / "checkpoint_last.pt"))
+    assert state["cfg"].criterion.state_regression_weight == 10 and state["cfg"].task.block_size == 1
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(toy_experiment["checkpoint"])])
+    drafter = DraftHeadDrafter.from_state(one_slot / "checkpoint_last.pt", state, task.source_dictionary,
+                                          task.target_dictionary, models[0])
+    assert drafter.steps == 4
 
 
 @pytest.mark.slow

@@ -13,6 +13,12 @@ head drafts among): on the verifier's greedy outputs its argmax is the hard targ
 the distribution tells the head which wrong words are nearly right (Hinton et al.'s soft targets;
 Zhou et al.'s DistillSpec for drafters). The verifier's states come from the pass the head reads
 anyway, so a step adds one projection per target position.
+
+``--state-regression-weight w`` adds, with weight ``w``, the smooth L1 distance (mean over the
+features) between each slot's output features and the verifier's state that predicts the same token
+(slot ``i`` after ``t`` tokens: the state after input ``t + i - 1``), as EAGLE (Li et al. 2024)
+trains its drafter: a head drafting autoregressively (``--draft-head-steps``) feeds its own output back
+in place of the verifier's state it has not computed yet, so that output should be that state.
 """
 from dataclasses import dataclass, field
 
@@ -32,6 +38,10 @@ class DraftHeadLossConfig(FairseqDataclass):
     soft_target_weight: float = field(default=0.0, metadata={
         "help": "weight (0 to 1) of the cross-entropy against the verifier's own next-token distributions; "
                 "the targets' cross-entropy gets the rest"})
+    state_regression_weight: float = field(default=0.0, metadata={
+        "help": "weight of the smooth L1 distance between each slot's features and the verifier's state that "
+                "predicts the same token (EAGLE's feature loss), for heads that draft autoregressively by feeding "
+                "their output back (--draft-head-steps)"})
 
 
 def slot_targets(target, pad, block_size):
@@ -43,7 +53,7 @@ def slot_targets(target, pad, block_size):
 
 @register_criterion("draft_head_loss", dataclass=DraftHeadLossConfig)
 class DraftHeadLossCriterion(FairseqCriterion):
-    def __init__(self, task, label_smoothing, soft_target_weight=0.0):
+    def __init__(self, task, label_smoothing, soft_target_weight=0.0, state_regression_weight=0.0):
         super().__init__(task)
         if not hasattr(task, "verifier"):
             raise ValueError("--criterion draft_head_loss trains the draft head: use it with "
@@ -51,7 +61,10 @@ class DraftHeadLossCriterion(FairseqCriterion):
         if not 0.0 <= soft_target_weight <= 1.0:
             raise ValueError(f"--soft-target-weight {soft_target_weight}: give a weight from 0 (the targets alone) "
                              "to 1 (the verifier's distributions alone)")
+        if state_regression_weight < 0.0:
+            raise ValueError(f"--state-regression-weight {state_regression_weight}: give a weight of 0 or more")
         self.epsilon, self.soft_weight = label_smoothing, soft_target_weight
+        self.regression_weight = state_regression_weight
 
     def forward(self, model, sample, reduce=True):
         features, extra = model(**sample["net_input"])  # [rows, T, k, d]
@@ -68,6 +81,8 @@ class DraftHeadLossCriterion(FairseqCriterion):
         if self.soft_weight:
             soft = self.soft_cross_entropy(model, extra["verifier_states"], scored, logits)
             loss = (1.0 - self.soft_weight) * loss + self.soft_weight * soft
+        if self.regression_weight:
+            loss = loss + self.regression_weight * self.state_distance(features, extra["verifier_states"], real)
         right = torch.zeros_like(scored)
         right[scored] = logits.argmax(-1).eq(targets[scored])
         # leading slots right, at the prefixes before the end (a word the head cannot draft is wrong)
@@ -87,10 +102,22 @@ class DraftHeadLossCriterion(FairseqCriterion):
         ``t + i - 1`` (``states`` ``[rows, T, d]``, ``scored`` ``[rows, T, k]``)."""
         with torch.no_grad():
             teacher = F.log_softmax(model.output_layer(states).float(), dim=-1)  # [rows, T, words]
-            block_size = scored.size(2)
-            padded = F.pad(teacher, (0, 0, 0, block_size))  # positions past the end are never scored
-            teacher = padded.unfold(1, block_size, 1)[:, :states.size(1)].transpose(2, 3)[scored]
+            teacher = DraftHeadLossCriterion.slot_states(teacher, scored.size(2))[scored]
         return -(teacher.exp() * F.log_softmax(logits.float(), dim=-1)).sum()
+
+    @staticmethod
+    def slot_states(states, block_size):
+        """``[rows, T, k, d]``: after ``t`` tokens, the verifier's state after input ``t + i - 1`` for
+        slot ``i`` (zeros past the end; those slots are never scored)."""
+        padded = F.pad(states, (0, 0, 0, block_size))
+        return padded.unfold(1, block_size, 1)[:, :states.size(1)].permute(0, 1, 3, 2)
+
+    @classmethod
+    def state_distance(cls, features, states, real):
+        """Summed over the ``real`` slots: the smooth L1 distance, averaged over the features, between
+        each slot's ``features`` and the verifier's state predicting the slot's token."""
+        target = cls.slot_states(states, features.size(2))[real]
+        return F.smooth_l1_loss(features[real].float(), target.float(), reduction="none").mean(-1).sum()
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:

@@ -134,6 +134,13 @@ class DecodingConfig(FairseqDataclass):
                   "drafts, the same output (the verifier checks every drafted token in float32); it needs a CPU "
                   "with avx512_bf16. 'auto': bfloat16 where the CPU has it, else float32"},
     )
+    draft_head_steps: Optional[int] = field(
+        default=None,
+        metadata={"help": "gad with a draft_head: calls of the head per pass, each going on from the last one's last "
+                  "drafted token with the head's own output features in place of the verifier's state (EAGLE's "
+                  "autoregressive drafting; train such a head with --block-size 1 --state-regression-weight); "
+                  "default: 4 for a head of block size 1, else 1"},
+    )
     refine: REFINE_CHOICES = field(
         default="none",
         metadata={"help": "bpd, and gad with a draft_head: how drafts are chosen from the lattice of the heads' "

@@ -7,9 +7,15 @@ row's own columns as the verifier's cache is) and the slots' own, all slots seei
 encoder attention reads keys and values of the verifier's encoder states (once per batch). So a
 proposal is one pass of the fast path's layers (on a CPU one compiled call) over ``k`` slots: no
 encoder, no re-run over the prefix; the draft is each slot's top-1 or, with a refinement, chosen
-from the slots' top-k lattice as bpd's heads' drafts are. The head only changes speed: exact
-acceptance keeps the verifier's greedy output whatever it drafts.
+from the slots' top-k lattice as bpd's heads' drafts are. With ``steps`` above 1 a proposal is that
+many calls, each going on from the last one's last slot (its token, and its output features in place
+of the verifier's state, whose keys and values the next call reads where the verifier's will be): a
+head trained with ``--block-size 1`` and ``--state-regression-weight`` drafts autoregressively, as
+EAGLE's drafter does. The head only changes speed: exact acceptance keeps the verifier's greedy
+output whatever it drafts.
 """
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 
@@ -41,6 +47,12 @@ def relaid(layer: HeadLayer, bfloat16: bool = False) -> DecoderLayer:
                         Norm(layer.ffn_norm, True), encoder)
 
 
+def default_steps(block_size: int) -> int:
+    """Calls per proposal when ``--draft-head-steps`` is not given: a one-slot head (trained to draft
+    autoregressively) drafts four tokens, a block head its block."""
+    return 4 if block_size == 1 else 1
+
+
 class _Layers:
     """What ``compiles`` and ``CompiledLayers`` read of a decoder: its layers."""
 
@@ -49,12 +61,19 @@ class _Layers:
 
 
 class DraftHeadDrafter(Drafter):
-    def __init__(self, model: DraftHeadModel, refinement=None, draft_vocab: int = 0, bfloat16: bool = False):
+    def __init__(self, model: DraftHeadModel, refinement=None, draft_vocab: int = 0, bfloat16: bool = False,
+                 steps: Optional[int] = None):
         """Drafts with ``model``'s head re-laid (the model is left as it is); ``refinement``: a
         ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from the slots' top-k
         lattice (``None``: each slot's top-1); ``draft_vocab``: the slots draft among the dictionary's
-        first ``draft_vocab`` words (0: all); ``bfloat16``: the head's products in bfloat16 on a CPU."""
+        first ``draft_vocab`` words (0: all); ``bfloat16``: the head's products in bfloat16 on a CPU;
+        ``steps``: calls of the head per proposal (``None``: ``default_steps``)."""
         head, self.verifier = model.head, model.verifier
+        self.steps = default_steps(head.block_size) if steps is None else steps
+        if self.steps < 1:
+            raise ValueError(f"--draft-head-steps {self.steps}: a proposal takes one call of the head or more")
+        if refinement is not None and self.steps > 1:
+            raise ValueError("--refine chooses among the top-k of one call's slots: use it with --draft-head-steps 1")
         self.refinement = refinement
         self.drafts_trees = refinement is not None and refinement.drafts > 1
         self.block_size, self.final_norm = head.block_size, head.final_norm
@@ -75,7 +94,7 @@ class DraftHeadDrafter(Drafter):
 
     @classmethod
     def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=None,
-                   bfloat16: bool = False):
+                   bfloat16: bool = False, steps: Optional[int] = None):
         """``draft_vocab``: ``None`` for the words the head was trained to draft among."""
         saved = state.get("task_state", {})
         check_dictionaries(path, saved, src_dict, tgt_dict)
@@ -93,7 +112,8 @@ class DraftHeadDrafter(Drafter):
         parameter = next(verifier.parameters())
         if draft_vocab is None:
             draft_vocab = getattr(state["cfg"].task, "draft_vocab", None) or 0
-        return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement, draft_vocab, bfloat16)
+        return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement, draft_vocab, bfloat16,
+                   steps)
 
     def begin(self, net_input, max_len, encoded=None):
         if encoded is None or encoded[0] is None:
@@ -104,29 +124,42 @@ class DraftHeadDrafter(Drafter):
         enc, padding = encoded
         rows, k, first = enc.size(0), self.block_size, self.layers[0]
         enc_keys, enc_values = zip(*(layer.encoder_keys_values(enc) for layer in self.layers))
-        # a pass writes up to k + 1 states, and a proposal k slots, from columns <= max_len
-        buffers = enc.new_zeros(len(self.layers), 2, rows, first.heads, max_len + k + 2, first.head_dim)
+        # a pass writes up to steps * k + 1 states, and a proposal as many slots, from columns <= max_len
+        buffers = enc.new_zeros(len(self.layers), 2, rows, first.heads, max_len + self.steps * k + 2, first.head_dim)
         enc_mask = None if padding is None else padding.view(rows, 1, 1, -1)
         self.cache = FastCache(buffers, list(enc_keys), list(enc_values), enc_mask, enc, padding)
         self.last_state = enc.new_zeros(rows, self.slot_embedding.size(1))
         self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
 
     def propose(self, state) -> Proposal:
+        last_tokens = state.last_tokens().view(-1)
         if self.refinement is not None:
-            logits = self.output_layer(self.slot_features(state))
+            logits = self.output_layer(self.slot_features(last_tokens, self.last_state, state.lengths))
             return self.refinement.propose(Lattice.of(logits, self.refinement.top_k), state)
         if self.compiled_head is not None:
-            tokens = self.compiled_head.draft(self.cache, state.last_tokens().view(-1), self.last_state,
-                                              state.lengths, self.all_slots.sees)
+            tokens = self.compiled_head.draft(self.cache, last_tokens, self.last_state, state.lengths,
+                                              self.all_slots.sees, self.steps)
         else:
-            tokens = self.output_layer(self.slot_features(state)).argmax(-1)
-        return Proposal(tokens=tokens, lengths=torch.full_like(state.lengths, self.block_size))
+            tokens = self._draft(last_tokens, state.lengths)
+        return Proposal(tokens=tokens, lengths=torch.full_like(state.lengths, tokens.size(1)))
 
-    def slot_features(self, state):
-        """``[rows, k, d]``: the head's output for the next ``k`` tokens after the accepted output."""
-        embedding = self.verifier.decoder.embed_tokens(state.last_tokens()).squeeze(1)
-        x = self.fuse(torch.cat([embedding, self.last_state], -1)).unsqueeze(1) + self.slot_embedding
-        x = run_layers(self.layers, self.compiled, self.cache, x, state.lengths, self.all_slots)
+    def _draft(self, last_tokens, lengths):
+        """``CompiledHead.draft`` through torch: ``[rows, steps * k]``, each call going on from the last."""
+        last_state, drafted = self.last_state, []
+        for step in range(self.steps):
+            features = self.slot_features(last_tokens, last_state, lengths)
+            drafted.append(self.output_layer(features).argmax(-1))
+            if step + 1 < self.steps:
+                self._remember(features, lengths)
+                last_tokens, last_state, lengths = drafted[-1][:, -1], features[:, -1], lengths + self.block_size
+        return torch.cat(drafted, 1)
+
+    def slot_features(self, last_tokens, last_state, first):
+        """``[rows, k, d]``: the head's output for the ``k`` tokens after each row's ``last_tokens``
+        ``[rows]`` at column ``first[r]``, after the state ``last_state`` ``[rows, d]``."""
+        embedding = self.verifier.decoder.embed_tokens(last_tokens)
+        x = self.fuse(torch.cat([embedding, last_state], -1)).unsqueeze(1) + self.slot_embedding
+        x = run_layers(self.layers, self.compiled, self.cache, x, first, self.all_slots)
         return F.layer_norm(x, self.final_norm.normalized_shape, self.final_norm.weight, self.final_norm.bias,
                             self.final_norm.eps)
 
