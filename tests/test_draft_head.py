@@ -334,10 +334,10 @@ def test_soft_targets_are_the_verifiers_distribution_at_each_slots_position(draf
     assert all(p.grad is None for p in verifier.parameters())
 
 
-def test_drafting_steps_default_to_four_for_a_one_slot_head_and_are_refused_where_they_cannot_apply(monkeypatch):
+def test_drafting_steps_default_to_three_for_a_one_slot_head_and_are_refused_where_they_cannot_apply(monkeypatch):
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=1).eval()
-    assert DraftHeadDrafter(build_head(verifier, block_size=1).eval()).steps == 4
+    assert DraftHeadDrafter(build_head(verifier, block_size=1).eval()).steps == 3
     assert DraftHeadDrafter(build_head(verifier, block_size=3).eval()).steps == 1
     with pytest.raises(ValueError, match="--draft-head-steps 0: a proposal takes one call of the head or more"):
         DraftHeadDrafter(build_head(verifier).eval(), steps=0)
@@ -486,7 +486,7 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
                             capture_output=True, text=True, timeout=600)
     assert failed.returncode != 0 and "train_draft_head.sh: fairseq-train failed" in failed.stderr
     assert not (tmp_path / "broken" / ".trained").exists()
-    # a one-slot head is trained with EAGLE's feature loss and drafts four steps per pass
+    # a one-slot head is trained with EAGLE's feature loss and drafts three steps per pass
     one_slot = tmp_path / "one_slot"
     run_script("train_draft_head.sh", *common[:2], one_slot, *common[3:-1], 1, "--", "--max-update", 2)
     state = checkpoint_utils.load_checkpoint_to_cpu(str(one_slot / "checkpoint_last.pt"))
@@ -494,7 +494,7 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(toy_experiment["checkpoint"])])
     drafter = DraftHeadDrafter.from_state(one_slot / "checkpoint_last.pt", state, task.source_dictionary,
                                           task.target_dictionary, models[0])
-    assert drafter.steps == 4
+    assert drafter.steps == 3
 
 
 @pytest.mark.slow
