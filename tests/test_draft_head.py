@@ -258,12 +258,18 @@ class _SlotRecorder(LoopObserver):
             self.slots.append((int(state.lengths[row]), slots[row]))
 
 
-def test_the_loss_scores_the_slots_before_the_end_alone():
+def criterion_case(seed, targets):
+    """For the criterion's tests: a one-layer verifier, a two-slot head on it, a batch of two sentences
+    with ``targets`` and the task the criterion reads."""
     dictionary = make_dictionary(20)
-    verifier = build_transformer(dictionary, seed=1, layers=1).eval()
+    verifier = build_transformer(dictionary, seed=seed, layers=1).eval()
     model = build_head(verifier, block_size=2).eval()
-    batch = make_batch(dictionary, [[4, 5, 6], [7, 8]], targets=[[9, 10, 11], [12]])
-    task = SimpleNamespace(target_dictionary=dictionary, verifier=verifier)
+    batch = make_batch(dictionary, [[4, 5, 6], [7, 8]], targets=targets)
+    return dictionary, verifier, model, batch, SimpleNamespace(target_dictionary=dictionary, verifier=verifier)
+
+
+def test_the_loss_scores_the_slots_before_the_end_alone():
+    dictionary, verifier, model, batch, task = criterion_case(1, [[9, 10, 11], [12]])
     loss, sample_size, log = DraftHeadLossCriterion(task, label_smoothing=0.0)(model, batch)
     # targets 3 + EOS and 1 + EOS tokens: slots (t, i) with t + i inside the sentence
     assert sample_size == (4 + 3) + (2 + 1) == log["ntokens"]
@@ -279,12 +285,8 @@ def test_the_loss_scores_the_slots_before_the_end_alone():
 
 
 def test_a_head_drafting_among_the_first_words_is_trained_on_those_alone():
-    dictionary = make_dictionary(20)
-    verifier = build_transformer(dictionary, seed=2, layers=1).eval()
-    model = build_head(verifier, block_size=2).eval()
+    dictionary, verifier, model, batch, task = criterion_case(2, [[9, 10, 11], [12]])
     model.draft_vocab = 10  # words 10 and above are not drafted, so not scored
-    batch = make_batch(dictionary, [[4, 5, 6], [7, 8]], targets=[[9, 10, 11], [12]])
-    task = SimpleNamespace(target_dictionary=dictionary, verifier=verifier)
     loss, sample_size, log = DraftHeadLossCriterion(task, label_smoothing=0.0)(model, batch)
     # slots after each prefix: (9 10) (10 11) (11 EOS) (EOS pad) and (12 EOS) (EOS pad) (pad pad) (pad pad)
     targets = slot_targets(batch["target"], dictionary.pad(), 2)
@@ -304,12 +306,8 @@ def test_a_head_drafting_among_the_first_words_is_trained_on_those_alone():
 
 @pytest.mark.parametrize("draft_vocab", [0, 10])
 def test_soft_targets_are_the_verifiers_distribution_at_each_slots_position(draft_vocab):
-    dictionary = make_dictionary(20)
-    verifier = build_transformer(dictionary, seed=3, layers=1).eval()
-    model = build_head(verifier, block_size=2).eval()
+    dictionary, verifier, model, batch, task = criterion_case(3, [[9, 4, 11], [5]])
     model.draft_vocab = draft_vocab
-    batch = make_batch(dictionary, [[4, 5, 6], [7, 8]], targets=[[9, 4, 11], [5]])
-    task = SimpleNamespace(target_dictionary=dictionary, verifier=verifier)
     hard, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0)(model, batch)
     soft, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0, soft_target_weight=1.0)(model, batch)
     mixed, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0, soft_target_weight=0.25)(model, batch)
@@ -350,11 +348,7 @@ def test_drafting_steps_default_to_three_for_a_one_slot_head_and_are_refused_whe
 
 
 def test_the_state_regression_pulls_each_slots_features_to_the_verifiers_state_for_its_token():
-    dictionary = make_dictionary(20)
-    verifier = build_transformer(dictionary, seed=3, layers=1).eval()
-    model = build_head(verifier, block_size=2).eval()
-    batch = make_batch(dictionary, [[4, 5, 6], [7, 8]], targets=[[9, 4, 11], [5]])
-    task = SimpleNamespace(target_dictionary=dictionary, verifier=verifier)
+    dictionary, verifier, model, batch, task = criterion_case(3, [[9, 4, 11], [5]])
     hard, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0)(model, batch)
     both, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0, state_regression_weight=2.0)(model, batch)
     # by hand: slot i after t tokens against the verifier's state after input t + i, where a target exists
