@@ -48,7 +48,8 @@ fi
 args=("$data" --user-dir "$root/pardec_fairseq" --task translation_draft_head -s "$src" -t "$tgt"
   --verifier-path "$verifier" --block-size "$block_size" --draft-vocab "$draft_vocab" --arch draft_head
   --head-layers "$layers"
-  --criterion draft_head_loss --state-regression-weight "$regression_weight" --optimizer adam --adam-betas "(0.9,0.98)" --lr 1e-3
+  --criterion draft_head_loss --state-regression-weight "$regression_weight"
+  --optimizer adam --adam-betas "(0.9,0.98)" --lr 1e-3
   --lr-scheduler inverse_sqrt --warmup-updates 200 --max-tokens "$max_tokens" --max-epoch 100
   --stop-time-hours "$(python3 -c "print($minutes / 60)")" --save-dir "$save" --no-epoch-checkpoints
   --log-format simple --log-interval 20 --num-workers 0 --seed 1 "${extra[@]}")

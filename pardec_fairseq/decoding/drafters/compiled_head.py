@@ -99,7 +99,8 @@ class CompiledHead:
                            np.float32(final_norm.eps))
         self.memory = tuple(_packed(product) for product in memory)
 
-    def draft(self, cache, tokens: Tensor, last_states: Tensor, lengths: Tensor, sees: Tensor, steps: int = 1) -> Tensor:
+    def draft(self, cache, tokens: Tensor, last_states: Tensor, lengths: Tensor, sees: Tensor,
+              steps: int = 1) -> Tensor:
         """``[rows, steps * k]``: ``steps`` calls' slots' top-1 tokens after each row's last token
         ``tokens`` ``[rows]``, the slots written at columns ``lengths[r]`` on of ``cache``."""
         cache.reserve(int(lengths.max()) + steps * self.slot_embedding.shape[0])
