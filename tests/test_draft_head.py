@@ -337,10 +337,12 @@ def test_drafting_steps_default_to_three_for_a_one_slot_head_and_are_refused_whe
     verifier = build_transformer(dictionary, seed=3, layers=1).eval()
     assert DraftHeadDrafter(build_head(verifier, block_size=1).eval()).steps == 3
     assert DraftHeadDrafter(build_head(verifier, block_size=3).eval()).steps == 1
+    refinement = SimpleNamespace(drafts=1, top_k=2)  # a refinement chooses among one call's slots
+    assert DraftHeadDrafter(build_head(verifier, block_size=1).eval(), refinement=refinement).steps == 1
     with pytest.raises(ValueError, match="--draft-head-steps 0: a proposal takes one call of the head or more"):
         DraftHeadDrafter(build_head(verifier).eval(), steps=0)
     with pytest.raises(ValueError, match="--refine chooses among the top-k of one call's slots"):
-        DraftHeadDrafter(build_head(verifier).eval(), refinement=SimpleNamespace(drafts=1, top_k=2), steps=2)
+        DraftHeadDrafter(build_head(verifier).eval(), refinement=refinement, steps=2)
     monkeypatch.setattr(algorithms, "load_drafter_checkpoint", lambda path: ({}, "block_nat"))
     with pytest.raises(ValueError, match="--draft-head-steps: --drafter-path nat.pt is a block_nat drafter, not a"):
         algorithms.generalized_aggressive_decoding(DecodingConfig(drafter_path="nat.pt", draft_head_steps=2),

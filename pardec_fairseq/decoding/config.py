@@ -139,7 +139,7 @@ class DecodingConfig(FairseqDataclass):
         metadata={"help": "gad with a draft_head: calls of the head per pass, each going on from the last one's last "
                   "drafted token with the head's own output features in place of the verifier's state (EAGLE's "
                   "autoregressive drafting; train such a head with --block-size 1 --state-regression-weight); "
-                  "default: 3 for a head of block size 1, else 1"},
+                  "default: 3 for a head of block size 1 (1 with --refine), else 1"},
     )
     refine: REFINE_CHOICES = field(
         default="none",

@@ -47,11 +47,11 @@ def relaid(layer: HeadLayer, bfloat16: bool = False) -> DecoderLayer:
                         Norm(layer.ffn_norm, True), encoder)
 
 
-def default_steps(block_size: int) -> int:
+def default_steps(block_size: int, refined: bool) -> int:
     """Calls per proposal when ``--draft-head-steps`` is not given: a one-slot head (trained to draft
     autoregressively) drafts three tokens (on LibreOffice, two or four did no better), a block head its
-    block."""
-    return 3 if block_size == 1 else 1
+    block; a refinement chooses among one call's lattice."""
+    return 3 if block_size == 1 and not refined else 1
 
 
 class _Layers:
@@ -70,7 +70,7 @@ class DraftHeadDrafter(Drafter):
         first ``draft_vocab`` words (0: all); ``bfloat16``: the head's products in bfloat16 on a CPU;
         ``steps``: calls of the head per proposal (``None``: ``default_steps``)."""
         head, self.verifier = model.head, model.verifier
-        self.steps = default_steps(head.block_size) if steps is None else steps
+        self.steps = default_steps(head.block_size, refinement is not None) if steps is None else steps
         if self.steps < 1:
             raise ValueError(f"--draft-head-steps {self.steps}: a proposal takes one call of the head or more")
         if refinement is not None and self.steps > 1:
