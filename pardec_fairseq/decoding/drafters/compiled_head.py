@@ -49,7 +49,7 @@ def _draft(tokens, last_states, embeddings, fuse, slot_embedding, final_norm, ou
         for j in range(rows * k):
             drafted[j // k, step * k + j % k] = np.argmax(logits[j])
         if step + 1 < steps:
-            _write_keys_values(features, first, k, memory, cache_views[0], cache_views[1])
+            _remember(features.reshape((rows, k, d)), first, memory, cache_views[0], cache_views[1])
             for r in range(rows):
                 inputs[r, width:] = features[r * k + k - 1]
                 first[r] += k
@@ -57,28 +57,23 @@ def _draft(tokens, last_states, embeddings, fuse, slot_embedding, final_norm, ou
 
 
 @numba.njit(cache=True, nogil=True)
-def _write_keys_values(flat, first, m, memory, keys, values):
-    """Each layer's keys and values of states ``flat`` ``[rows * m, d]`` (``m`` per row; ``memory[l]``:
-    the packed product ``(panels, bias, columns)``, keys then values), written at columns ``first[r] + j``
-    of ``keys[l]``/``values[l]`` ``[rows, heads, capacity, hd]``."""
+def _remember(states, first, memory, keys, values):
+    """Each layer's keys and values of ``states`` ``[rows, m, d]`` (``memory[l]``: the packed product
+    ``(panels, bias, columns)``, keys then values), written at columns ``first[r] + j`` of
+    ``keys[l]``/``values[l]`` ``[rows, heads, capacity, hd]``; ``states`` C-contiguous."""
+    rows, m, d = states.shape
+    flat = states.reshape((rows * m, d))
     for layer in range(len(keys)):
         heads, head_dim = keys[layer].shape[1], keys[layer].shape[3]
         width = heads * head_dim
         keys_values = vector_kernels.product(flat, *memory[layer])
-        for r in range(first.shape[0]):
+        for r in range(rows):
             for j in range(m):
                 column = first[r] + j
                 for h in range(heads):
                     for c in range(head_dim):
                         keys[layer][r, h, column, c] = keys_values[r * m + j, h * head_dim + c]
                         values[layer][r, h, column, c] = keys_values[r * m + j, width + h * head_dim + c]
-
-
-@numba.njit(cache=True, nogil=True)
-def _remember(states, first, memory, keys, values):
-    """``_write_keys_values`` of ``states`` ``[rows, m, d]`` (C-contiguous)."""
-    rows, m, d = states.shape
-    _write_keys_values(states.reshape((rows * m, d)), first, m, memory, keys, values)
 
 
 def _packed(product):
