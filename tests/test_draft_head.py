@@ -3,6 +3,7 @@ features in training (every prefix at once) as in decoding (one prefix per call)
 ``fairseq-train`` to ``fairseq-generate --gen-algo gad``, refusing a head trained for another verifier."""
 import argparse
 import json
+import math
 import subprocess
 from types import SimpleNamespace
 
@@ -40,22 +41,27 @@ def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_
     return DraftHeadModel(head, verifier.requires_grad_(False))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), block_size=st.integers(1, 6), layers=st.integers(1, 2),
        eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
        verifier_path=st.sampled_from(["fast", "fairseq"]), pre_norm=st.booleans(), compiled=st.booleans(),
-       draft_vocab=st.sampled_from([0, 3, 9]), bfloat16=st.booleans(), steps=st.sampled_from([None, 1, 2, 3]))
+       draft_vocab=st.sampled_from([0, 3, 9]), bfloat16=st.booleans(), steps=st.sampled_from([None, 1, 2, 3]),
+       tree=st.sampled_from([(1, 0.0), (2, 0.0), (3, 0.2), (1, 0.3)]))
 def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size, layers, eos_bias, batch, max_len_b,
                                                                batch_of, verifier_path, pre_norm, compiled,
-                                                               draft_vocab, bfloat16, steps):
+                                                               draft_vocab, bfloat16, steps, tree):
+    """``tree``: branches and least path probability, for a one-slot head (a tree needs the fast verifier)."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias,
                                  decoder_normalize_before=pre_norm, encoder_normalize_before=pre_norm)
     collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
     expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
     bfloat16 = bfloat16 and vector_kernels.has_bfloat16_product()
+    branches, least_probability = tree if block_size == 1 else (1, 0.0)
+    verifier_path = "fast" if branches > 1 else verifier_path
     drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval(), draft_vocab=draft_vocab,
-                               bfloat16=bfloat16, steps=steps)
+                               bfloat16=bfloat16, steps=steps, branches=branches,
+                               least_probability=least_probability)
     assert drafter.compiled is not None
     if not compiled:  # the head's layers through torch, as on a GPU
         drafter.compiled = drafter.compiled_head = None
@@ -103,16 +109,21 @@ def test_draft_vocab_is_refused_for_a_verifier_with_its_own_output_layer():
         DraftHeadModel.build_model(args, task)
 
 
-@pytest.mark.parametrize("layers, bfloat16, steps", [(1, False, 1), (2, False, 1), (2, True, 1), (2, False, 3),
-                                                     (1, True, 2)])
+@pytest.mark.parametrize("layers, bfloat16, steps, block_size, tree", [
+    (1, False, 1, 3, (1, 0.0)), (2, False, 1, 3, (1, 0.0)), (2, True, 1, 3, (1, 0.0)), (2, False, 3, 3, (1, 0.0)),
+    (1, True, 2, 3, (1, 0.0)), (1, False, 3, 1, (2, 0.0)), (2, False, 4, 1, (3, 0.05)), (1, False, 4, 1, (1, 0.1))])
 @torch.no_grad()
-def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations_do(layers, bfloat16, steps):
+def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations_do(layers, bfloat16, steps,
+                                                                                   block_size, tree):
+    """``tree``: a one-slot head's branches and least path probability (trees and chains of per-row
+    lengths)."""
     if bfloat16 and not vector_kernels.has_bfloat16_product():
         pytest.skip("the CPU has no AVX-512 bfloat16 dot product")
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=2).eval()
-    model = build_head(verifier, block_size=3, layers=layers, seed=4).eval()
-    compiled, plain = (DraftHeadDrafter(model, bfloat16=bfloat16, steps=steps) for _ in range(2))
+    model = build_head(verifier, block_size=block_size, layers=layers, seed=4).eval()
+    compiled, plain = (DraftHeadDrafter(model, bfloat16=bfloat16, steps=steps, branches=tree[0],
+                                        least_probability=tree[1]) for _ in range(2))
     assert compiled.compiled_head is not None
     plain.compiled_head = None
     batch = make_batch(dictionary, [[4, 5, 6, 7, 8], [9, 10], [11, 12, 13]])
@@ -124,8 +135,12 @@ def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations
         drafter.begin(batch["net_input"], 20, encoded)
     generator = torch.Generator().manual_seed(5)
     for accepted in ([0, 2, 1], [3, 0, 2], [1, 1, 0]):  # drafted tokens kept by each pass, per row
-        drafts = [drafter.propose(state).tokens for drafter in (compiled, plain)]
-        assert drafts[0].shape == (3, 3 * steps) and torch.equal(drafts[0], drafts[1])
+        drafts = [drafter.propose(state) for drafter in (compiled, plain)]
+        if tree == (1, 0.0):
+            assert drafts[0].tokens.shape == (3, block_size * steps) and drafts[0].parents is None
+        for field in ("tokens", "lengths", "parents"):
+            ours, torchs = getattr(drafts[0], field), getattr(drafts[1], field)
+            assert (ours is None and torchs is None) or torch.equal(ours, torchs), field
         torch.testing.assert_close(compiled.cache.buffers, plain.cache.buffers)  # what later calls wrote
         states = torch.randn(3, 4, verifier.decoder.output_embed_dim, generator=generator)
         scores = SimpleNamespace(hidden_states=lambda model: states)
@@ -217,7 +232,7 @@ def test_each_drafting_step_goes_on_from_the_last_ones_features(block_size, comp
     enc = encoder_out["encoder_out"][0].transpose(0, 1)
     encoder_keys = head.encoder_keys_values(enc)
     assert len(recorder.proposals) > 1
-    for t, proposal in recorder.proposals:
+    for t, proposal, _ in recorder.proposals:
         memory, token, last = states[:t], prev_output[0, t], states[t - 1] if t else torch.zeros_like(states[0])
         expected = []
         for _ in range(steps):
@@ -233,6 +248,64 @@ def test_each_drafting_step_goes_on_from_the_last_ones_features(block_size, comp
         assert proposal == expected[:len(proposal)], t
 
 
+@pytest.mark.parametrize("compiled, branches, least_probability", [(True, 2, 0.0), (False, 2, 0.0), (True, 3, 0.05),
+                                                                     (False, 1, 0.05)])
+@torch.no_grad()
+def test_a_draft_tree_keeps_each_levels_likeliest_paths_rolled_out_by_hand(compiled, branches, least_probability):
+    """Each level of a draft tree holds the ``branches`` likeliest of its parents' ``branches`` likeliest
+    words, by the product of the head's probabilities along the path, those at least
+    ``least_probability`` likely: the head's training forward rolled out by hand along each path (its
+    features appended to the verifier's states of the prefix) gives the same tree."""
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=8, layers=2, eos_bias=-3.0).eval()
+    model = build_head(verifier, block_size=1, layers=1, seed=9).eval()
+    head, steps = model.head, 3
+    batch = make_batch(dictionary, [[4, 5, 6, 7]])
+    drafter = DraftHeadDrafter(model, steps=steps, branches=branches, least_probability=least_probability)
+    if not compiled:
+        drafter.compiled = drafter.compiled_head = None
+    generator = build_generator("greedy", [verifier], dictionary,
+                                argparse.Namespace(**dict(GENERATION_DEFAULTS, max_len_b=12)), None, drafter=drafter)
+    recorder = _ProposalRecorder()
+    generator.decoder.observers.append(recorder)
+    tokens = generator.generate([verifier], batch)[0][0]["tokens"]
+    prev_output = torch.cat([torch.tensor([dictionary.eos()]), tokens[:-1]]).unsqueeze(0)
+    encoder_out = verifier.encoder(**batch["net_input"])
+    states = verifier.decoder.extract_features(prev_output, encoder_out=encoder_out)[0][0]
+    enc = encoder_out["encoder_out"][0].transpose(0, 1)
+    encoder_keys = head.encoder_keys_values(enc)
+
+    def log_probs_after(t, path):
+        """The head's log-probabilities after the prefix of ``t`` tokens and the drafted ``path``."""
+        memory, token, last = states[:t], prev_output[0, t], states[t - 1] if t else torch.zeros_like(states[0])
+        for word in path + (None,):
+            x = head.slots(verifier.decoder.embed_tokens(token).view(1, 1, -1), last.view(1, 1, -1))[0]
+            keys = head.memory_keys_values(torch.cat([torch.zeros_like(states[:1]), memory]).unsqueeze(0))
+            visible = torch.ones(1, 1, 1, memory.size(0) + 2, dtype=torch.bool)
+            visible[..., 0] = False
+            features = head(x, keys, visible, encoder_keys, torch.ones(1, 1, 1, enc.size(1), dtype=torch.bool))[0]
+            memory, token, last = torch.cat([memory, features]), torch.tensor(0 if word is None else word), features[-1]
+        return F.log_softmax(model.output_layer(features[-1]).float(), -1)
+
+    assert len(recorder.proposals) > 1
+    for t, proposal, parents in recorder.proposals:
+        level, nodes = [((), 0.0)], [()]  # paths from the root with their log-probabilities
+        for _ in range(steps):
+            candidates = []
+            for path, path_log_prob in level:
+                best = log_probs_after(t, path).topk(branches)
+                candidates += [(path + (int(word),), path_log_prob + float(value))
+                               for value, word in zip(best.values, best.indices)]
+            candidates.sort(key=lambda candidate: -candidate[1])
+            level = [c for c in candidates[:branches] if c[1] >= math.log(max(least_probability, 1e-30))]
+            nodes += [path for path, _ in level]
+        expected = [path[-1] for path in nodes[1:]]
+        if parents is None:  # a chain, cut where the output's length limit falls
+            assert proposal == expected[:len(proposal)], t
+        else:
+            assert proposal == expected and parents == [nodes.index(path[:-1]) for path in nodes[1:]], t
+
+
 class _ProposalRecorder(LoopObserver):
     """Each pass's proposal for a batch of one sentence, after how many accepted tokens."""
 
@@ -240,7 +313,10 @@ class _ProposalRecorder(LoopObserver):
         self.proposals = []
 
     def after_pass(self, state, proposal, scores, verdict):
-        self.proposals.append((int(state.lengths[0]), proposal.tokens[0].tolist()))
+        """The draft's tokens (and a tree's parents' pass positions) as lists."""
+        length = int(proposal.lengths[0])
+        parents = None if proposal.parents is None else proposal.parents[0, :length].tolist()
+        self.proposals.append((int(state.lengths[0]), proposal.tokens[0, :length].tolist(), parents))
 
 
 class _SlotRecorder(LoopObserver):
@@ -332,7 +408,8 @@ def test_soft_targets_are_the_verifiers_distribution_at_each_slots_position(draf
     assert all(p.grad is None for p in verifier.parameters())
 
 
-def test_drafting_steps_default_to_three_for_a_one_slot_head_and_are_refused_where_they_cannot_apply(monkeypatch):
+def test_drafting_steps_default_to_three_for_a_one_slot_head_and_steps_and_trees_are_refused_where_they_cannot_apply(
+        monkeypatch):
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=1).eval()
     assert DraftHeadDrafter(build_head(verifier, block_size=1).eval()).steps == 3
@@ -343,10 +420,22 @@ def test_drafting_steps_default_to_three_for_a_one_slot_head_and_are_refused_whe
         DraftHeadDrafter(build_head(verifier).eval(), steps=0)
     with pytest.raises(ValueError, match="--refine chooses among the top-k of one call's slots"):
         DraftHeadDrafter(build_head(verifier).eval(), refinement=refinement, steps=2)
+    for branches, least_probability in ((0, 0.0), (2, 1.0), (2, -0.1)):
+        with pytest.raises(ValueError, match=f"--draft-head-branches {branches}, --draft-head-threshold "
+                                             f"{least_probability}: a draft tree keeps one branch per level or more"):
+            DraftHeadDrafter(build_head(verifier, block_size=1).eval(), branches=branches,
+                             least_probability=least_probability)
+    for model, options in ((build_head(verifier, block_size=2), {"branches": 2}),
+                           (build_head(verifier, block_size=1), {"least_probability": 0.1, "refinement": refinement})):
+        with pytest.raises(ValueError, match="--draft-head-branches and --draft-head-threshold grow a tree a token per "
+                                             "call: they need a head trained with --block-size 1 and no --refine"):
+            DraftHeadDrafter(model.eval(), steps=1, **options)
     monkeypatch.setattr(algorithms, "load_drafter_checkpoint", lambda path: ({}, "block_nat"))
-    with pytest.raises(ValueError, match="--draft-head-steps: --drafter-path nat.pt is a block_nat drafter, not a"):
-        algorithms.generalized_aggressive_decoding(DecodingConfig(drafter_path="nat.pt", draft_head_steps=2),
-                                                   dictionary, dictionary, [verifier])
+    for options in ({"draft_head_steps": 2}, {"draft_head_branches": 2}, {"draft_head_threshold": 0.1}):
+        with pytest.raises(ValueError, match="--draft-head-steps, --draft-head-branches, --draft-head-threshold: "
+                                             "--drafter-path nat.pt is a block_nat drafter, not a draft_head"):
+            algorithms.generalized_aggressive_decoding(DecodingConfig(drafter_path="nat.pt", **options),
+                                                       dictionary, dictionary, [verifier])
 
 
 def test_the_state_regression_pulls_each_slots_features_to_the_verifiers_state_for_its_token():
@@ -491,6 +580,12 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
     drafter = DraftHeadDrafter.from_state(one_slot / "checkpoint_last.pt", state, task.source_dictionary,
                                           task.target_dictionary, models[0])
     assert drafter.steps == 3
+    # its draft trees through fairseq-generate keep fairseq's greedy output
+    generate = ("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
+                "--path", toy_experiment["checkpoint"], "--gen-subset", "test", "--max-len-b", 20, "--batch-size", 16)
+    tree = run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", one_slot / "checkpoint_last.pt",
+                       "--draft-head-branches", 2, "--draft-head-threshold", 0.05)
+    assert hypotheses(tree) == hypotheses(run_fairseq(*generate, "--beam", 1))
 
 
 @pytest.mark.slow

@@ -107,6 +107,18 @@ def _exp(x):
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"})
+def log_sum_exp(x):
+    """``log(sum(exp(x)))`` of a float32 vector, its exponentials as ``_exp``'s (which vectorise)."""
+    highest = -np.inf
+    for c in range(x.shape[0]):
+        highest = max(highest, x[c])
+    total = np.float32(0.0)
+    for c in range(x.shape[0]):
+        total += _exp(x[c] - highest)
+    return highest + np.log(total)
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"})
 def _softmax_rows(scores):
     """Each row of ``scores`` ``[n, columns]`` becomes its softmax, in place (-inf scores become 0);
     like torch, each row is scaled by the reciprocal of its sum."""
@@ -150,11 +162,14 @@ def _self_attend_rows(qkv, keys, values, first, cache_rows, sees, chain, heads):
     """A pass's self-attention: ``qkv`` ``[rows, n, 3d]`` (q already scaled) of the new tokens of
     cache rows ``cache_rows``, whose keys and values are written at columns ``first[r] + i`` of
     ``keys``/``values`` ``[cache rows, heads, capacity, hd]``; token ``i`` of row ``r`` attends to the
-    columns before ``first[r]`` and to the new tokens it sees: those up to itself (``chain``) or
-    ``sees[r, i]`` (a tree). Returns ``[rows, n, d]``."""
+    columns before ``first[r]`` and to the new tokens up to itself (``chain``), or in a tree to the
+    columns ``sees[r, i]`` ``[m]`` names of the last ``m >= n`` (the new tokens and the ``m - n`` before
+    them: a tree drafted a level at a time sees its earlier levels so) and to every column before those.
+    Returns ``[rows, n, d]``."""
     rows, n, width = qkv.shape
     d = width // 3
     head_dim = d // heads
+    seen = sees.shape[2]
     for r in range(rows):
         row = cache_rows[r]
         for i in range(n):
@@ -169,14 +184,14 @@ def _self_attend_rows(qkv, keys, values, first, cache_rows, sees, chain, heads):
         row = cache_rows[r]
         columns = first[r] + n
         scores = np.empty((n, columns), dtype=np.float32)
+        span = columns - seen  # the first column ``sees`` covers
         for h in range(heads):
             start = h * head_dim
             head_keys = keys[row, h]
             for i in range(n):
                 q = qkv[r, i, start:start + head_dim]
                 for c in range(columns):
-                    j = c - first[r]
-                    if j >= 0 and (j > i if chain else not sees[r, i, j]):
+                    if (c - first[r] > i) if chain else (c >= span and not sees[r, i, c - span]):
                         scores[i, c] = -np.inf
                     else:
                         scores[i, c] = _dot(q, head_keys[c])

@@ -141,6 +141,19 @@ class DecodingConfig(FairseqDataclass):
                   "autoregressive drafting; train such a head with --block-size 1 --state-regression-weight); "
                   "default: 3 for a head of block size 1 (1 with --refine), else 1"},
     )
+    draft_head_branches: int = field(
+        default=1,
+        metadata={"help": "gad with a one-slot draft_head: grow a tree of drafts (EAGLE-2's dynamic tree), one level per "
+                  "call of the head: each level's nodes propose their N likeliest words and the N likeliest paths "
+                  "among those (by the product of the head's probabilities) are the next level, all verified in "
+                  "one tree pass (needs --verifier fast); 1: a chain"},
+    )
+    draft_head_threshold: float = field(
+        default=0.0,
+        metadata={"help": "gad with a one-slot draft_head: a drafted path is kept only while the head's probability of "
+                  "it (the product along it) is at least this, so confident drafts grow long and unsure ones stop; "
+                  "0: every level keeps its paths"},
+    )
     refine: REFINE_CHOICES = field(
         default="none",
         metadata={"help": "bpd, and gad with a draft_head: how drafts are chosen from the lattice of the heads' "

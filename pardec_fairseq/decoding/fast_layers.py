@@ -21,7 +21,8 @@ from pardec_fairseq.decoding.proposals import DraftTree
 @dataclass
 class AmongNew:
     """Which of a pass's new tokens each new token sees, read as a tree's ``sees`` ``[rows, n, n]``
-    (the draft head's slots see each other; the encoder's tokens see every unpadded token)."""
+    (the draft head's slots see each other; the encoder's tokens see every unpadded token), or ``[rows,
+    n, m]``: which of the last ``m`` columns (a tree's earlier levels and the new tokens)."""
 
     sees: Tensor
 
@@ -91,19 +92,22 @@ class _Write:
     @classmethod
     def plan(cls, first_index: Tensor, n: int, heads: int, head_dim: int, tree: Optional[DraftTree]):
         """New token ``i`` of row ``r`` goes to column ``first_index[r] + i`` and sees the columns
-        before ``first_index[r]`` and, among the new ones, those before it (a chain) or its ancestors."""
+        before it (a chain), or in a tree those ``tree.sees[r, i]`` ``[m]`` names of the last ``m >= n``
+        up to the new ones' last and every column before those (``_self_attend_rows`` in
+        ``compiled_layers`` alike)."""
         rows, device = first_index.size(0), first_index.device
         start = int(first_index.max())  # with one row, its first column
         columns = start + n
-        if rows == 1 and n == 1:  # one token sees every column
+        if rows == 1 and n == 1 and (tree is None or tree.sees.size(2) == 1):  # one token sees every column
             return cls(None, start, columns, None)
         own = first_index.unsqueeze(1) + torch.arange(n, device=device)  # [rows, n] each token's own column
         if tree is None:
             hidden = torch.arange(columns, device=device) > own.unsqueeze(2)
         else:
-            relative = (torch.arange(columns, device=device) - first_index.unsqueeze(1)).unsqueeze(1)
-            sees = tree.sees.gather(2, relative.clamp(0, n - 1).expand(rows, n, columns))
-            hidden = (relative >= n) | ((relative >= 0) & ~sees)
+            seen = tree.sees.size(2)
+            relative = (torch.arange(columns, device=device) - (first_index + n - seen).unsqueeze(1)).unsqueeze(1)
+            sees = tree.sees.gather(2, relative.clamp(0, seen - 1).expand(rows, n, columns))
+            hidden = (relative >= seen) | ((relative >= 0) & ~sees)
         if rows == 1:
             return cls(None, start, columns, hidden.unsqueeze(1))
         return cls(own.view(rows, 1, n, 1).expand(rows, heads, n, head_dim), 0, columns, hidden.unsqueeze(1))

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from pardec_fairseq.decoding import vector_kernels
-from pardec_fairseq.decoding.compiled_layers import CompiledLayers, norm_rows, pass_layers
+from pardec_fairseq.decoding.compiled_layers import CompiledLayers, log_sum_exp, norm_rows, pass_layers
 
 
 @numba.njit(cache=True, nogil=True)
@@ -54,6 +54,120 @@ def _draft(tokens, last_states, embeddings, fuse, slot_embedding, final_norm, ou
                 inputs[r, width:] = features[r * k + k - 1]
                 first[r] += k
     return drafted
+
+
+@numba.njit(cache=True, nogil=True)
+def _best_words(logits, tokens, log_probs):
+    """The ``len(tokens)`` likeliest words of ``logits`` ``[words]`` into ``tokens``, best first (the
+    first of equal ones first, as ``argmax``), their log-probabilities into ``log_probs``."""
+    width = tokens.shape[0]
+    for w in range(width):
+        tokens[w], log_probs[w] = 0, -np.inf
+    for v in range(logits.shape[0]):
+        x = logits[v]
+        if x > log_probs[width - 1]:
+            j = width - 1
+            while j > 0 and x > log_probs[j - 1]:
+                tokens[j], log_probs[j] = tokens[j - 1], log_probs[j - 1]
+                j -= 1
+            tokens[j], log_probs[j] = v, x
+    normaliser = log_sum_exp(logits)
+    for w in range(width):
+        log_probs[w] -= normaliser
+
+
+@numba.njit(cache=True, nogil=True)
+def _draft_tree(tokens, last_states, embeddings, fuse, slot_embedding, final_norm, output, first, steps, branches,
+                least_log_probability, cache_views, layer_weights, memory):
+    """A one-slot head's draft tree, a level per call (EAGLE-2's dynamic tree). The first call runs on
+    each row's last token (pass position 0, column ``first[r]``); each call's nodes propose their
+    ``branches`` likeliest words, and of those the ``branches`` likeliest paths (the product of the
+    head's probabilities from the root) at least ``exp(least_log_probability)`` likely become the next
+    level's nodes, run by the next call, ``steps`` calls in all. A node's input is its word and its
+    parent's output features; it sees the accepted output and its ancestors, whose keys and values
+    are written at the columns of their pass positions (``first[r]`` + position). Returns the nodes'
+    words and parents' pass positions ``[rows, steps * branches]`` (level by level, each level best
+    first) and each row's node count."""
+    rows = tokens.shape[0]
+    d = slot_embedding.shape[1]
+    width = embeddings.shape[1]
+    capacity = steps * branches
+    drafted = np.zeros((rows, capacity), dtype=np.int64)
+    parents = np.zeros((rows, capacity), dtype=np.int64)
+    counts = np.zeros(rows, dtype=np.int64)
+    # by pass position: the path's log-probability, the positions it sees (itself, its ancestors), the
+    # output features of the nodes run so far
+    path_log_probs = np.zeros((rows, capacity + 1), dtype=np.float32)
+    ancestors = np.zeros((rows, capacity + 1, capacity + 1), dtype=np.bool_)
+    features = np.zeros((rows, capacity + 1, d), dtype=np.float32)
+    level_first = np.zeros(rows, dtype=np.int64)  # the pass position of each row's first node of the level
+    level_count = np.ones(rows, dtype=np.int64)
+    for r in range(rows):
+        ancestors[r, 0, 0] = True
+    words = np.empty(branches, dtype=np.int64)
+    word_log_probs = np.empty(branches, dtype=np.float32)
+    # a level's candidate children: their words, parents' pass positions, path log-probabilities
+    candidate_words = np.empty(branches * branches, dtype=np.int64)
+    candidate_parents = np.empty(branches * branches, dtype=np.int64)
+    candidate_log_probs = np.empty(branches * branches, dtype=np.float32)
+    for step in range(steps):
+        n = level_count.max()
+        if n == 0:
+            break
+        seen = level_first.max() + n  # the columns from the root to the level's last, in the widest row
+        inputs = np.zeros((rows * n, width + d), dtype=np.float32)
+        sees = np.zeros((rows, n, seen), dtype=np.bool_)
+        columns = first + level_first
+        for r in range(rows):
+            for i in range(n):
+                node = level_first[r] + i
+                if i < level_count[r]:
+                    inputs[r * n + i, :width] = embeddings[tokens[r] if node == 0 else drafted[r, node - 1]]
+                    inputs[r * n + i, width:] = last_states[r] if node == 0 else features[r, parents[r, node - 1]]
+                for j in range(seen):
+                    position = j + node - i + n - seen
+                    # a filler node (the row has fewer this level) sees the output and itself
+                    sees[r, i, j] = position < 0 or (ancestors[r, node, position] if i < level_count[r]
+                                                     else position == node)
+        fused = vector_kernels.product(inputs, *fuse)
+        x = np.empty((rows, n, d), dtype=np.float32)
+        for r in range(rows):
+            for i in range(n):
+                x[r, i] = fused[r * n + i] + slot_embedding[0]
+        x = pass_layers(x, columns, np.arange(rows), sees, False, *cache_views, *layer_weights)
+        out = norm_rows(x.reshape((rows * n, d)), *final_norm)
+        logits = vector_kernels.product(out, *output)
+        for r in range(rows):
+            count = level_count[r] * branches
+            for i in range(level_count[r]):
+                node = level_first[r] + i
+                features[r, node] = out[r * n + i]
+                _best_words(logits[r * n + i], words, word_log_probs)
+                for w in range(branches):
+                    c = i * branches + w
+                    candidate_words[c], candidate_parents[c] = words[w], node
+                    candidate_log_probs[c] = path_log_probs[r, node] + word_log_probs[w]
+            # the next level: the likeliest paths at least as likely as the least allowed, best first
+            level_first[r], level_count[r] = counts[r] + 1, 0
+            for _ in range(branches):
+                best = -1
+                for c in range(count):
+                    if candidate_log_probs[c] >= least_log_probability and \
+                            (best < 0 or candidate_log_probs[c] > candidate_log_probs[best]):
+                        best = c
+                if best < 0:
+                    break
+                node, parent = counts[r] + 1, candidate_parents[best]
+                drafted[r, node - 1], parents[r, node - 1] = candidate_words[best], parent
+                path_log_probs[r, node] = candidate_log_probs[best]
+                ancestors[r, node] = ancestors[r, parent]
+                ancestors[r, node, node] = True
+                candidate_log_probs[best] = np.nan  # taken: fails every comparison
+                counts[r] += 1
+                level_count[r] += 1
+        if step + 1 < steps:
+            _remember(out.reshape((rows, n, d)), columns, memory, cache_views[0], cache_views[1])
+    return drafted, parents, counts
 
 
 @numba.njit(cache=True, nogil=True)
@@ -102,6 +216,19 @@ class CompiledHead:
         return torch.from_numpy(_draft(tokens.numpy(), last_states.numpy(), self.embeddings, self.fuse,
                                        self.slot_embedding, self.final_norm, self.output, lengths.numpy(), steps,
                                        sees.numpy(), cache.numpy_views(), self.layer_weights, self.memory))
+
+    def draft_tree(self, cache, tokens: Tensor, last_states: Tensor, lengths: Tensor, steps: int, branches: int,
+                   least_probability: float):
+        """A one-slot head's draft tree (``_draft_tree``) after each row's last token ``tokens`` ``[rows]``
+        at column ``lengths[r]`` of ``cache``: its words and parents' pass positions ``[rows, steps *
+        branches]`` and node counts ``[rows]``."""
+        cache.reserve(int(lengths.max()) + (steps + 1) * branches + 2)
+        least = np.float32(np.log(least_probability)) if least_probability > 0 else np.float32(-np.inf)
+        drafted, parents, counts = _draft_tree(tokens.numpy(), last_states.numpy(), self.embeddings, self.fuse,
+                                               self.slot_embedding, self.final_norm, self.output, lengths.numpy(),
+                                               steps, branches, least, cache.numpy_views(), self.layer_weights,
+                                               self.memory)
+        return torch.from_numpy(drafted), torch.from_numpy(parents), torch.from_numpy(counts)
 
     def remember(self, cache, states: Tensor, lengths: Tensor):
         """Write the keys and values of ``states`` ``[rows, m, d]`` (contiguous) at columns ``lengths[r]`` on."""

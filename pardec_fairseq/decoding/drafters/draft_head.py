@@ -14,6 +14,7 @@ head trained with ``--block-size 1`` and ``--state-regression-weight`` drafts au
 EAGLE's drafter does. The head only changes speed: exact acceptance keeps the verifier's greedy
 output whatever it drafts.
 """
+import math
 from typing import Optional
 
 import torch
@@ -63,20 +64,29 @@ class _Layers:
 
 class DraftHeadDrafter(Drafter):
     def __init__(self, model: DraftHeadModel, refinement=None, draft_vocab: int = 0, bfloat16: bool = False,
-                 steps: Optional[int] = None):
+                 steps: Optional[int] = None, branches: int = 1, least_probability: float = 0.0):
         """Drafts with ``model``'s head re-laid (the model is left as it is); ``refinement``: a
         ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from the slots' top-k
         lattice (``None``: each slot's top-1); ``draft_vocab``: the slots draft among the dictionary's
         first ``draft_vocab`` words (0: all); ``bfloat16``: the head's products in bfloat16 on a CPU;
-        ``steps``: calls of the head per proposal (``None``: ``default_steps``)."""
+        ``steps``: calls of the head per proposal (``None``: ``default_steps``); ``branches``,
+        ``least_probability``: a one-slot head's draft tree keeps per level the ``branches`` likeliest
+        paths at least that likely (``draft_tree``; 1 and 0: a chain of ``steps`` tokens)."""
         head, self.verifier = model.head, model.verifier
         self.steps = default_steps(head.block_size, refinement is not None) if steps is None else steps
         if self.steps < 1:
             raise ValueError(f"--draft-head-steps {self.steps}: a proposal takes one call of the head or more")
         if refinement is not None and self.steps > 1:
             raise ValueError("--refine chooses among the top-k of one call's slots: use it with --draft-head-steps 1")
-        self.refinement = refinement
-        self.drafts_trees = refinement is not None and refinement.drafts > 1
+        if branches < 1 or not 0.0 <= least_probability < 1.0:
+            raise ValueError(f"--draft-head-branches {branches}, --draft-head-threshold {least_probability}: a draft "
+                             "tree keeps one branch per level or more, paths of probability in [0, 1)")
+        self.grows_tree = branches > 1 or least_probability > 0
+        if self.grows_tree and (head.block_size > 1 or refinement is not None):
+            raise ValueError("--draft-head-branches and --draft-head-threshold grow a tree a token per call: they need "
+                             "a head trained with --block-size 1 and no --refine")
+        self.refinement, self.branches, self.least_probability = refinement, branches, least_probability
+        self.drafts_trees = (refinement is not None and refinement.drafts > 1) or branches > 1
         self.block_size, self.final_norm = head.block_size, head.final_norm
         with torch.no_grad():
             self.layers = [relaid(layer, bfloat16) for layer in head.layers]
@@ -95,7 +105,8 @@ class DraftHeadDrafter(Drafter):
 
     @classmethod
     def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=None,
-                   bfloat16: bool = False, steps: Optional[int] = None):
+                   bfloat16: bool = False, steps: Optional[int] = None, branches: int = 1,
+                   least_probability: float = 0.0):
         """``draft_vocab``: ``None`` for the words the head was trained to draft among."""
         saved = state.get("task_state", {})
         check_dictionaries(path, saved, src_dict, tgt_dict)
@@ -114,7 +125,7 @@ class DraftHeadDrafter(Drafter):
         if draft_vocab is None:
             draft_vocab = getattr(state["cfg"].task, "draft_vocab", None) or 0
         return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement, draft_vocab, bfloat16,
-                   steps)
+                   steps, branches, least_probability)
 
     def begin(self, net_input, max_len, encoded=None):
         if encoded is None or encoded[0] is None:
@@ -137,6 +148,17 @@ class DraftHeadDrafter(Drafter):
         if self.refinement is not None:
             logits = self.output_layer(self.slot_features(last_tokens, self.last_state, state.lengths))
             return self.refinement.propose(Lattice.of(logits, self.refinement.top_k), state)
+        if self.grows_tree:
+            if self.compiled_head is not None:
+                tokens, parents, counts = self.compiled_head.draft_tree(
+                    self.cache, last_tokens, self.last_state, state.lengths, self.steps, self.branches,
+                    self.least_probability)
+            else:
+                tokens, parents, counts = self.draft_tree(last_tokens, state.lengths)
+            width = int(counts.max())
+            # one branch per level is a chain, as long as its path stays likely enough
+            return Proposal(tokens=tokens[:, :width], lengths=counts,
+                            parents=parents[:, :width] if self.branches > 1 and width > 0 else None)
         if self.compiled_head is not None:
             tokens = self.compiled_head.draft(self.cache, last_tokens, self.last_state, state.lengths,
                                               self.all_slots.sees, self.steps)
@@ -154,6 +176,65 @@ class DraftHeadDrafter(Drafter):
                 self._remember(features, lengths)
                 last_tokens, last_state, lengths = drafted[-1][:, -1], features[:, -1], lengths + self.block_size
         return torch.cat(drafted, 1)
+
+    def draft_tree(self, last_tokens, lengths):
+        """``CompiledHead.draft_tree`` through torch (``compiled_head._draft_tree`` says what it drafts):
+        the nodes' words and parents' pass positions ``[rows, steps * branches]``, the node counts."""
+        rows, device = last_tokens.size(0), last_tokens.device
+        branches, capacity = self.branches, self.steps * self.branches
+        positions = torch.arange(capacity + 2, device=device)
+        # by pass position, a last one where nodes not kept go: word, parent's position, path
+        # log-probability, the positions it sees (itself, its ancestors), output features
+        words = torch.zeros(rows, capacity + 2, dtype=torch.long, device=device)
+        words[:, 0] = last_tokens
+        parents = torch.zeros_like(words)
+        path_log_probs = torch.zeros(rows, capacity + 2, device=device)
+        ancestors = torch.eye(capacity + 2, dtype=torch.bool, device=device).repeat(rows, 1, 1)
+        features = self.last_state.new_zeros(rows, capacity + 2, self.last_state.size(1))
+        counts = torch.zeros(rows, dtype=torch.long, device=device)
+        level_first, level_count = torch.zeros_like(counts), torch.ones_like(counts)
+        least = math.log(self.least_probability) if self.least_probability > 0 else -math.inf
+        for step in range(self.steps):
+            n = int(level_count.max())
+            if n == 0:
+                break
+            seen = int(level_first.max()) + n
+            level = level_first.unsqueeze(1) + positions[:n]  # [rows, n] the level's pass positions
+            real = positions[:n] < level_count.unsqueeze(1)
+            level = torch.where(real, level, capacity + 1)
+            states = torch.where((level == 0).unsqueeze(2), self.last_state.unsqueeze(1),
+                                 features.gather(1, parents.gather(1, level).unsqueeze(2).expand(-1, -1, features.size(2))))
+            embedding = self.verifier.decoder.embed_tokens(words.gather(1, level))
+            inputs = torch.cat([embedding, states], -1).masked_fill(~real.unsqueeze(2), 0.0)  # filler: zeros
+            x = self.fuse(inputs) + self.slot_embedding[0]
+            # the last ``seen`` columns' pass positions; a filler node sees the output and itself
+            span = (level_first + n - seen).unsqueeze(1) + positions[:seen]
+            sees = ancestors.gather(1, level.unsqueeze(2).expand(-1, -1, capacity + 2))
+            sees = sees.gather(2, span.clamp(min=0).unsqueeze(1).expand(-1, n, -1))
+            filler_sees = span.unsqueeze(1) == (level_first.unsqueeze(1) + positions[:n]).unsqueeze(2)
+            sees = (span < 0).unsqueeze(1) | torch.where(real.unsqueeze(2), sees, filler_sees)
+            x = run_layers(self.layers, self.compiled, self.cache, x, lengths + level_first, AmongNew(sees))
+            out = F.layer_norm(x, self.final_norm.normalized_shape, self.final_norm.weight, self.final_norm.bias,
+                               self.final_norm.eps)
+            features.scatter_(1, level.unsqueeze(2).expand_as(out), out)
+            best = F.log_softmax(self.output_layer(out).float(), -1).topk(branches, -1)
+            candidates = path_log_probs.gather(1, level).unsqueeze(2) + best.values
+            candidates = candidates.masked_fill(~real.unsqueeze(2), -math.inf).view(rows, -1)
+            chosen = candidates.topk(branches, -1)
+            kept = (chosen.values >= least) & (chosen.values > -math.inf)
+            node = torch.where(kept, counts.unsqueeze(1) + 1 + positions[:branches], capacity + 1)
+            parent = level.gather(1, chosen.indices // branches)
+            words.scatter_(1, node, best.indices.view(rows, -1).gather(1, chosen.indices))
+            parents.scatter_(1, node, parent)
+            path_log_probs.scatter_(1, node, chosen.values)
+            inherited = ancestors.gather(1, parent.unsqueeze(2).expand(-1, -1, capacity + 2)) \
+                | (positions.view(1, 1, -1) == node.unsqueeze(2))
+            ancestors.scatter_(1, node.unsqueeze(2).expand_as(inherited), inherited)
+            if step + 1 < self.steps:
+                self._remember(out, lengths + level_first)
+            level_first, level_count = counts + 1, kept.sum(1)
+            counts = counts + level_count
+        return words[:, 1:capacity + 1], parents[:, 1:capacity + 1], counts
 
     def slot_features(self, last_tokens, last_state, first):
         """``[rows, k, d]``: the head's output for the ``k`` tokens after each row's ``last_tokens``
