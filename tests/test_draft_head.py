@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
-from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
+from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter, likeliest_nodes
 from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator, vector_kernels
 from pardec_fairseq.decoding.engine import DecodingState
 from pardec_fairseq.decoding.observers import LoopObserver
@@ -46,22 +46,23 @@ def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_
        eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
        verifier_path=st.sampled_from(["fast", "fairseq"]), pre_norm=st.booleans(), compiled=st.booleans(),
        draft_vocab=st.sampled_from([0, 3, 9]), bfloat16=st.booleans(), steps=st.sampled_from([None, 1, 2, 3]),
-       tree=st.sampled_from([(1, 0.0), (2, 0.0), (3, 0.2), (1, 0.3)]))
+       tree=st.sampled_from([(1, 0.0, 0), (2, 0.0, 0), (3, 0.2, 0), (1, 0.3, 0), (2, 0.0, 3)]))
 def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size, layers, eos_bias, batch, max_len_b,
                                                                batch_of, verifier_path, pre_norm, compiled,
                                                                draft_vocab, bfloat16, steps, tree):
-    """``tree``: branches and least path probability, for a one-slot head (a tree needs the fast verifier)."""
+    """``tree``: branches, least path probability and nodes verified, for a one-slot head (a tree needs
+    the fast verifier)."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias,
                                  decoder_normalize_before=pre_norm, encoder_normalize_before=pre_norm)
     collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
     expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
     bfloat16 = bfloat16 and vector_kernels.has_bfloat16_product()
-    branches, least_probability = tree if block_size == 1 else (1, 0.0)
+    branches, least_probability, nodes = tree if block_size == 1 else (1, 0.0, 0)
     verifier_path = "fast" if branches > 1 else verifier_path
     drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval(), draft_vocab=draft_vocab,
                                bfloat16=bfloat16, steps=steps, branches=branches,
-                               least_probability=least_probability)
+                               least_probability=least_probability, nodes=nodes)
     assert drafter.compiled is not None
     if not compiled:  # the head's layers through torch, as on a GPU
         drafter.compiled = drafter.compiled_head = None
@@ -110,20 +111,21 @@ def test_draft_vocab_is_refused_for_a_verifier_with_its_own_output_layer():
 
 
 @pytest.mark.parametrize("layers, bfloat16, steps, block_size, tree", [
-    (1, False, 1, 3, (1, 0.0)), (2, False, 1, 3, (1, 0.0)), (2, True, 1, 3, (1, 0.0)), (2, False, 3, 3, (1, 0.0)),
-    (1, True, 2, 3, (1, 0.0)), (1, False, 3, 1, (2, 0.0)), (2, False, 4, 1, (3, 0.05)), (1, False, 4, 1, (1, 0.1))])
+    (1, False, 1, 3, (1, 0.0, 0)), (2, False, 1, 3, (1, 0.0, 0)), (2, True, 1, 3, (1, 0.0, 0)),
+    (2, False, 3, 3, (1, 0.0, 0)), (1, True, 2, 3, (1, 0.0, 0)), (1, False, 3, 1, (2, 0.0, 0)),
+    (2, False, 4, 1, (3, 0.05, 0)), (1, False, 4, 1, (1, 0.1, 0)), (1, False, 4, 1, (2, 0.0, 3))])
 @torch.no_grad()
 def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations_do(layers, bfloat16, steps,
                                                                                    block_size, tree):
-    """``tree``: a one-slot head's branches and least path probability (trees and chains of per-row
-    lengths)."""
+    """``tree``: a one-slot head's branches, least path probability and nodes verified (trees and chains
+    of per-row lengths)."""
     if bfloat16 and not vector_kernels.has_bfloat16_product():
         pytest.skip("the CPU has no AVX-512 bfloat16 dot product")
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=2).eval()
     model = build_head(verifier, block_size=block_size, layers=layers, seed=4).eval()
     compiled, plain = (DraftHeadDrafter(model, bfloat16=bfloat16, steps=steps, branches=tree[0],
-                                        least_probability=tree[1]) for _ in range(2))
+                                        least_probability=tree[1], nodes=tree[2]) for _ in range(2))
     assert compiled.compiled_head is not None
     plain.compiled_head = None
     batch = make_batch(dictionary, [[4, 5, 6, 7, 8], [9, 10], [11, 12, 13]])
@@ -136,7 +138,7 @@ def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations
     generator = torch.Generator().manual_seed(5)
     for accepted in ([0, 2, 1], [3, 0, 2], [1, 1, 0]):  # drafted tokens kept by each pass, per row
         drafts = [drafter.propose(state) for drafter in (compiled, plain)]
-        if tree == (1, 0.0):
+        if tree == (1, 0.0, 0):
             assert drafts[0].tokens.shape == (3, block_size * steps) and drafts[0].parents is None
         for field in ("tokens", "lengths", "parents"):
             ours, torchs = getattr(drafts[0], field), getattr(drafts[1], field)
@@ -306,6 +308,22 @@ def test_a_draft_tree_keeps_each_levels_likeliest_paths_rolled_out_by_hand(compi
             assert proposal == expected and parents == [nodes.index(path[:-1]) for path in nodes[1:]], t
 
 
+def test_a_draft_tree_cut_to_its_likeliest_nodes_keeps_their_order_and_parents():
+    # two rows: pass positions 1..5 (row 1: three nodes, then filler)
+    words = torch.tensor([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]])
+    parents = torch.tensor([[0, 0, 1, 2, 1], [0, 1, 1, 0, 0]])
+    path_log_probs = torch.tensor([[-0.1, -0.5, -0.3, -0.9, -0.2], [-0.4, -0.4, -0.6, 0.0, 0.0]])
+    counts = torch.tensor([5, 3])
+    kept_words, kept_parents, kept_counts = likeliest_nodes(words, parents, path_log_probs, counts, 3)
+    # row 0 keeps positions 1, 3, 5 (words 5, 7, 9; 7 and 9 below 5, now at position 1);
+    # row 1 keeps all three: its equally likely child (position 2) after its parent
+    assert kept_words.tolist() == [[5, 7, 9], [10, 11, 12]]
+    assert kept_parents.tolist() == [[0, 1, 1], [0, 1, 1]]
+    assert kept_counts.tolist() == [3, 3]
+    one = likeliest_nodes(words, parents, path_log_probs, counts, 1)
+    assert one[0].tolist() == [[5], [10]] and one[1].tolist() == [[0], [0]] and one[2].tolist() == [1, 1]
+
+
 class _ProposalRecorder(LoopObserver):
     """Each pass's proposal for a batch of one sentence, after how many accepted tokens."""
 
@@ -420,20 +438,24 @@ def test_drafting_steps_default_to_three_for_a_one_slot_head_and_steps_and_trees
         DraftHeadDrafter(build_head(verifier).eval(), steps=0)
     with pytest.raises(ValueError, match="--refine chooses among the top-k of one call's slots"):
         DraftHeadDrafter(build_head(verifier).eval(), refinement=refinement, steps=2)
-    for branches, least_probability in ((0, 0.0), (2, 1.0), (2, -0.1)):
+    for branches, least_probability, nodes in ((0, 0.0, 0), (2, 1.0, 0), (2, -0.1, 0), (2, 0.0, -1)):
         with pytest.raises(ValueError, match=f"--draft-head-branches {branches}, --draft-head-threshold "
-                                             f"{least_probability}: a draft tree keeps one branch per level or more"):
+                                             f"{least_probability}, --draft-head-nodes {nodes}: a draft tree keeps "
+                                             "one branch per level or more"):
             DraftHeadDrafter(build_head(verifier, block_size=1).eval(), branches=branches,
-                             least_probability=least_probability)
+                             least_probability=least_probability, nodes=nodes)
     for model, options in ((build_head(verifier, block_size=2), {"branches": 2}),
                            (build_head(verifier, block_size=1), {"least_probability": 0.1, "refinement": refinement})):
-        with pytest.raises(ValueError, match="--draft-head-branches and --draft-head-threshold grow a tree a token per "
-                                             "call: they need a head trained with --block-size 1 and no --refine"):
+        with pytest.raises(ValueError, match="--draft-head-branches, --draft-head-threshold and --draft-head-nodes "
+                                             "grow a tree a token per call: they need a head trained with "
+                                             "--block-size 1 and no --refine"):
             DraftHeadDrafter(model.eval(), steps=1, **options)
     monkeypatch.setattr(algorithms, "load_drafter_checkpoint", lambda path: ({}, "block_nat"))
-    for options in ({"draft_head_steps": 2}, {"draft_head_branches": 2}, {"draft_head_threshold": 0.1}):
-        with pytest.raises(ValueError, match="--draft-head-steps, --draft-head-branches, --draft-head-threshold: "
-                                             "--drafter-path nat.pt is a block_nat drafter, not a draft_head"):
+    for options in ({"draft_head_steps": 2}, {"draft_head_branches": 2}, {"draft_head_threshold": 0.1},
+                    {"draft_head_nodes": 3}):
+        with pytest.raises(ValueError, match="--draft-head-steps, --draft-head-branches, --draft-head-threshold, "
+                                             "--draft-head-nodes: --drafter-path nat.pt is a block_nat drafter, not "
+                                             "a draft_head"):
             algorithms.generalized_aggressive_decoding(DecodingConfig(drafter_path="nat.pt", **options),
                                                        dictionary, dictionary, [verifier])
 
@@ -584,7 +606,7 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
     generate = ("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
                 "--path", toy_experiment["checkpoint"], "--gen-subset", "test", "--max-len-b", 20, "--batch-size", 16)
     tree = run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", one_slot / "checkpoint_last.pt",
-                       "--draft-head-branches", 2, "--draft-head-threshold", 0.05)
+                       "--draft-head-branches", 2, "--draft-head-threshold", 0.05, "--draft-head-nodes", 3)
     assert hypotheses(tree) == hypotheses(run_fairseq(*generate, "--beam", 1))
 
 

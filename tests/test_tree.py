@@ -129,6 +129,60 @@ def test_a_tree_pass_scores_each_branch_as_its_own_chain_pass_and_keeps_the_chos
             torch.testing.assert_close(after_path, after_chain, rtol=1e-4, atol=1e-5)
 
 
+class TreeScores:
+    """Stands in for ``VerifierScores`` of a tree pass with given log-probabilities and fairseq steps."""
+
+    def __init__(self, lprobs, tree, steps, max_len):
+        self.lprobs, self.tree, self.steps, self.max_len = lprobs, tree, steps, max_len
+
+    def span(self, start, stop, rows=None, needed=None):
+        return self.lprobs[:, start:stop].masked_fill(~needed.unsqueeze(-1), -math.inf)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), rows=st.integers(1, 4), branches=st.integers(0, 5), vocab=st.integers(2, 12),
+       coarse=st.booleans(), max_len=st.integers(0, 8))
+def test_exact_acceptance_of_a_tree_keeps_the_deepest_path_of_fairseqs_choices(seed, rows, branches, vocab, coarse,
+                                                                                 max_len):
+    """Walked by hand with fairseq's ``topk`` from the last accepted token: the deepest node (the first
+    of the deepest) whose path holds the choice at every step within the length limit, its choices and
+    scores. With ``coarse`` scores many are tied (``topk`` decides those) and some -inf; small
+    vocabularies give siblings with one token."""
+    rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
+    trees = [random_tree(rng, [rng.randrange(vocab) for _ in range(4)], rng.randint(0, 4), branches, 0.3, 24)
+             for _ in range(rows)]
+    trees = [([t % vocab for t in tokens], parents) for tokens, parents in trees]
+    k = max(1, max(len(t) for t, _ in trees))
+    proposal = Proposal(tokens=torch.tensor([t + [0] * (k - len(t)) for t, _ in trees]),
+                        lengths=torch.tensor([len(t) for t, _ in trees]),
+                        parents=torch.tensor([p + [0] * (k - len(p)) for _, p in trees]))
+    tree = DraftTree.of(proposal)
+    logits = torch.randn(rows, k + 1, vocab, generator=generator)
+    if coarse:
+        logits = logits.round().masked_fill(torch.rand(rows, k + 1, vocab, generator=generator) < 0.2, -math.inf)
+        logits[..., 0] = 0.0
+    lprobs = torch.log_softmax(logits, -1)
+    steps = torch.randint(0, 3, (rows, 1), generator=generator) + tree.depth
+    running = -torch.rand(rows, generator=generator) * 5
+    verdict = ExactAcceptance().accept(proposal, TreeScores(lprobs, tree, steps, max_len), running)
+    for row, (tokens, parents) in enumerate(trees):
+        def walk(position, before):
+            """(depth, position) of the deepest kept node under ``position``, and the choices on its path."""
+            top = torch.topk(lprobs[row, position] + before, k=2 if vocab > 1 else 1)
+            choice, score = int(top.indices[0]), top.values[0]
+            best = (0, -position, [(choice, float(score))], position)
+            for child in range(1, len(tokens) + 1):
+                if parents[child - 1] == position and tokens[child - 1] == choice and steps[row, child] <= max_len:
+                    depth, first, path, deepest = walk(child, score)
+                    if (depth + 1, first) > best[:2]:
+                        best = (depth + 1, first, [(choice, float(score))] + path, deepest)
+            return best
+        depth, _, path, _ = walk(0, running[row])
+        assert int(verdict.accepted[row]) == depth
+        assert verdict.tokens[row, :depth + 1].tolist() == [token for token, _ in path]
+        assert verdict.cumulative[row, :depth + 1].tolist() == [score for _, score in path]
+
+
 def test_trees_are_refused_where_they_cannot_be_scored():
     dictionary = make_dictionary(20)
     model = build_transformer(dictionary, seed=0, layers=1)

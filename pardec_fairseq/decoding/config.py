@@ -154,6 +154,12 @@ class DecodingConfig(FairseqDataclass):
                   "it (the product along it) is at least this, so confident drafts grow long and unsure ones stop; "
                   "0: every level keeps its paths"},
     )
+    draft_head_nodes: int = field(
+        default=0,
+        metadata={"help": "gad with a one-slot draft_head: verify only the N likeliest nodes of the draft tree (by the "
+                  "head's probability of their path; EAGLE-2's reranking), so a pass pays for the drafts most likely "
+                  "kept; 0: all of them"},
+    )
     refine: REFINE_CHOICES = field(
         default="none",
         metadata={"help": "bpd, and gad with a draft_head: how drafts are chosen from the lattice of the heads' "

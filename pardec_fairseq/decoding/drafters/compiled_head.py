@@ -86,8 +86,8 @@ def _draft_tree(tokens, last_states, embeddings, fuse, slot_embedding, final_nor
     level's nodes, run by the next call, ``steps`` calls in all. A node's input is its word and its
     parent's output features; it sees the accepted output and its ancestors, whose keys and values
     are written at the columns of their pass positions (``first[r]`` + position). Returns the nodes'
-    words and parents' pass positions ``[rows, steps * branches]`` (level by level, each level best
-    first) and each row's node count."""
+    words, parents' pass positions and paths' log-probabilities ``[rows, steps * branches]`` (level by
+    level, each level best first) and each row's node count."""
     rows = tokens.shape[0]
     d = slot_embedding.shape[1]
     width = embeddings.shape[1]
@@ -167,7 +167,7 @@ def _draft_tree(tokens, last_states, embeddings, fuse, slot_embedding, final_nor
                 level_count[r] += 1
         if step + 1 < steps:
             _remember(out.reshape((rows, n, d)), columns, memory, cache_views[0], cache_views[1])
-    return drafted, parents, counts
+    return drafted, parents, path_log_probs[:, 1:], counts
 
 
 @numba.njit(cache=True, nogil=True)
@@ -220,15 +220,14 @@ class CompiledHead:
     def draft_tree(self, cache, tokens: Tensor, last_states: Tensor, lengths: Tensor, steps: int, branches: int,
                    least_probability: float):
         """A one-slot head's draft tree (``_draft_tree``) after each row's last token ``tokens`` ``[rows]``
-        at column ``lengths[r]`` of ``cache``: its words and parents' pass positions ``[rows, steps *
-        branches]`` and node counts ``[rows]``."""
+        at column ``lengths[r]`` of ``cache``: its words, parents' pass positions and paths'
+        log-probabilities ``[rows, steps * branches]`` and node counts ``[rows]``."""
         cache.reserve(int(lengths.max()) + (steps + 1) * branches + 2)
         least = np.float32(np.log(least_probability)) if least_probability > 0 else np.float32(-np.inf)
-        drafted, parents, counts = _draft_tree(tokens.numpy(), last_states.numpy(), self.embeddings, self.fuse,
-                                               self.slot_embedding, self.final_norm, self.output, lengths.numpy(),
-                                               steps, branches, least, cache.numpy_views(), self.layer_weights,
-                                               self.memory)
-        return torch.from_numpy(drafted), torch.from_numpy(parents), torch.from_numpy(counts)
+        tree = _draft_tree(tokens.numpy(), last_states.numpy(), self.embeddings, self.fuse, self.slot_embedding,
+                           self.final_norm, self.output, lengths.numpy(), steps, branches, least, cache.numpy_views(),
+                           self.layer_weights, self.memory)
+        return tuple(torch.from_numpy(part) for part in tree)
 
     def remember(self, cache, states: Tensor, lengths: Tensor):
         """Write the keys and values of ``states`` ``[rows, m, d]`` (contiguous) at columns ``lengths[r]`` on."""

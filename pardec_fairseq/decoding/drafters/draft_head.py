@@ -55,6 +55,24 @@ def default_steps(block_size: int, refined: bool) -> int:
     return 3 if block_size == 1 and not refined else 1
 
 
+def likeliest_nodes(tokens, parents, path_log_probs, counts, nodes: int):
+    """A draft tree ``[rows, m]`` (words, parents' pass positions, paths' log-probabilities; node
+    counts) cut to each row's ``nodes`` likeliest nodes (EAGLE-2's reranking), in their order: a path
+    is no likelier than its parent's, which comes first among equals, so every kept node's parent is
+    kept. Returns the words, parents' pass positions and counts."""
+    rows, m = tokens.shape
+    if m <= nodes:
+        return tokens, parents, counts
+    positions = torch.arange(m, device=tokens.device)
+    ranked = path_log_probs.masked_fill(positions >= counts.unsqueeze(1), -math.inf)
+    order = ranked.sort(dim=1, descending=True, stable=True).indices[:, :nodes].sort(dim=1).values
+    kept = counts.clamp(max=nodes)
+    # a node's new pass position, by its old one (position 0, the last accepted token, stays)
+    renumbered = torch.zeros(rows, m + 1, dtype=torch.long, device=tokens.device)
+    renumbered.scatter_(1, order + 1, positions[:nodes].expand(rows, -1) + 1)
+    return tokens.gather(1, order), renumbered.gather(1, parents.gather(1, order)), kept
+
+
 class _Layers:
     """What ``compiles`` and ``CompiledLayers`` read of a decoder: its layers."""
 
@@ -64,28 +82,30 @@ class _Layers:
 
 class DraftHeadDrafter(Drafter):
     def __init__(self, model: DraftHeadModel, refinement=None, draft_vocab: int = 0, bfloat16: bool = False,
-                 steps: Optional[int] = None, branches: int = 1, least_probability: float = 0.0):
+                 steps: Optional[int] = None, branches: int = 1, least_probability: float = 0.0, nodes: int = 0):
         """Drafts with ``model``'s head re-laid (the model is left as it is); ``refinement``: a
         ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from the slots' top-k
         lattice (``None``: each slot's top-1); ``draft_vocab``: the slots draft among the dictionary's
         first ``draft_vocab`` words (0: all); ``bfloat16``: the head's products in bfloat16 on a CPU;
         ``steps``: calls of the head per proposal (``None``: ``default_steps``); ``branches``,
         ``least_probability``: a one-slot head's draft tree keeps per level the ``branches`` likeliest
-        paths at least that likely (``draft_tree``; 1 and 0: a chain of ``steps`` tokens)."""
+        paths at least that likely (``draft_tree``; 1 and 0: a chain of ``steps`` tokens), of which
+        the ``nodes`` likeliest are verified (0: all)."""
         head, self.verifier = model.head, model.verifier
         self.steps = default_steps(head.block_size, refinement is not None) if steps is None else steps
         if self.steps < 1:
             raise ValueError(f"--draft-head-steps {self.steps}: a proposal takes one call of the head or more")
         if refinement is not None and self.steps > 1:
             raise ValueError("--refine chooses among the top-k of one call's slots: use it with --draft-head-steps 1")
-        if branches < 1 or not 0.0 <= least_probability < 1.0:
-            raise ValueError(f"--draft-head-branches {branches}, --draft-head-threshold {least_probability}: a draft "
-                             "tree keeps one branch per level or more, paths of probability in [0, 1)")
-        self.grows_tree = branches > 1 or least_probability > 0
+        if branches < 1 or not 0.0 <= least_probability < 1.0 or nodes < 0:
+            raise ValueError(f"--draft-head-branches {branches}, --draft-head-threshold {least_probability}, "
+                             f"--draft-head-nodes {nodes}: a draft tree keeps one branch per level or more, paths of "
+                             "probability in [0, 1), 0 (all) nodes or more")
+        self.grows_tree = branches > 1 or least_probability > 0 or nodes > 0
         if self.grows_tree and (head.block_size > 1 or refinement is not None):
-            raise ValueError("--draft-head-branches and --draft-head-threshold grow a tree a token per call: they need "
-                             "a head trained with --block-size 1 and no --refine")
-        self.refinement, self.branches, self.least_probability = refinement, branches, least_probability
+            raise ValueError("--draft-head-branches, --draft-head-threshold and --draft-head-nodes grow a tree a token "
+                             "per call: they need a head trained with --block-size 1 and no --refine")
+        self.refinement, self.branches, self.least_probability, self.nodes = refinement, branches, least_probability, nodes
         self.drafts_trees = (refinement is not None and refinement.drafts > 1) or branches > 1
         self.block_size, self.final_norm = head.block_size, head.final_norm
         with torch.no_grad():
@@ -106,7 +126,7 @@ class DraftHeadDrafter(Drafter):
     @classmethod
     def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=None,
                    bfloat16: bool = False, steps: Optional[int] = None, branches: int = 1,
-                   least_probability: float = 0.0):
+                   least_probability: float = 0.0, nodes: int = 0):
         """``draft_vocab``: ``None`` for the words the head was trained to draft among."""
         saved = state.get("task_state", {})
         check_dictionaries(path, saved, src_dict, tgt_dict)
@@ -125,7 +145,7 @@ class DraftHeadDrafter(Drafter):
         if draft_vocab is None:
             draft_vocab = getattr(state["cfg"].task, "draft_vocab", None) or 0
         return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement, draft_vocab, bfloat16,
-                   steps, branches, least_probability)
+                   steps, branches, least_probability, nodes)
 
     def begin(self, net_input, max_len, encoded=None):
         if encoded is None or encoded[0] is None:
@@ -150,11 +170,11 @@ class DraftHeadDrafter(Drafter):
             return self.refinement.propose(Lattice.of(logits, self.refinement.top_k), state)
         if self.grows_tree:
             if self.compiled_head is not None:
-                tokens, parents, counts = self.compiled_head.draft_tree(
-                    self.cache, last_tokens, self.last_state, state.lengths, self.steps, self.branches,
-                    self.least_probability)
+                tree = self.compiled_head.draft_tree(self.cache, last_tokens, self.last_state, state.lengths,
+                                                     self.steps, self.branches, self.least_probability)
             else:
-                tokens, parents, counts = self.draft_tree(last_tokens, state.lengths)
+                tree = self.draft_tree(last_tokens, state.lengths)
+            tokens, parents, counts = likeliest_nodes(*tree, self.nodes) if self.nodes else (tree[0], tree[1], tree[3])
             width = int(counts.max())
             # one branch per level is a chain, as long as its path stays likely enough
             return Proposal(tokens=tokens[:, :width], lengths=counts,
@@ -179,7 +199,8 @@ class DraftHeadDrafter(Drafter):
 
     def draft_tree(self, last_tokens, lengths):
         """``CompiledHead.draft_tree`` through torch (``compiled_head._draft_tree`` says what it drafts):
-        the nodes' words and parents' pass positions ``[rows, steps * branches]``, the node counts."""
+        the nodes' words, parents' pass positions and paths' log-probabilities ``[rows, steps *
+        branches]``, the node counts."""
         rows, device = last_tokens.size(0), last_tokens.device
         branches, capacity = self.branches, self.steps * self.branches
         positions = torch.arange(capacity + 2, device=device)
@@ -234,7 +255,7 @@ class DraftHeadDrafter(Drafter):
                 self._remember(out, lengths + level_first)
             level_first, level_count = counts + 1, kept.sum(1)
             counts = counts + level_count
-        return words[:, 1:capacity + 1], parents[:, 1:capacity + 1], counts
+        return words[:, 1:capacity + 1], parents[:, 1:capacity + 1], path_log_probs[:, 1:capacity + 1], counts
 
     def slot_features(self, last_tokens, last_state, first):
         """``[rows, k, d]``: the head's output for the ``k`` tokens after each row's ``last_tokens``
