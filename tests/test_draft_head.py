@@ -209,18 +209,18 @@ def test_training_sees_every_prefix_as_decoding_does(compiled):
         assert torch.allclose(slots, features[0, t], atol=1e-5), t
 
 
-@pytest.mark.parametrize("block_size, compiled", [(1, True), (1, False), (2, True)])
-@torch.no_grad()
-def test_each_drafting_step_goes_on_from_the_last_ones_features(block_size, compiled):
-    """With ``steps`` calls per proposal, call ``j + 1`` reads the tokens and output features of call ``j``
-    in place of the verifier's: the proposal after ``t`` tokens equals the head's training forward
-    rolled out by hand, its features appended to the verifier's states of the prefix."""
+def decoded_and_rolled_out(block_size, compiled, **drafting):
+    """Decode one sentence with an untrained head drafting as ``drafting`` says, recording its proposals.
+    Returns them and ``features_after(t, words)``: the head's training forward rolled out by hand after
+    the output's first ``t`` tokens, one call per drafted word of ``words`` and one more, each call's
+    features appended to the verifier's states of the prefix and its last slot's standing in for the
+    state before the next word; the last call's features ``[block_size, d]``."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=6, layers=2, eos_bias=-3.0).eval()
     model = build_head(verifier, block_size=block_size, layers=1, seed=7).eval()
-    head, steps = model.head, 3
+    head = model.head
     batch = make_batch(dictionary, [[4, 5, 6, 7]])
-    drafter = DraftHeadDrafter(model, steps=steps)
+    drafter = DraftHeadDrafter(model, **drafting)
     if not compiled:
         drafter.compiled = drafter.compiled_head = None
     generator = build_generator("greedy", [verifier], dictionary,
@@ -233,20 +233,35 @@ def test_each_drafting_step_goes_on_from_the_last_ones_features(block_size, comp
     states = verifier.decoder.extract_features(prev_output, encoder_out=encoder_out)[0][0]
     enc = encoder_out["encoder_out"][0].transpose(0, 1)
     encoder_keys = head.encoder_keys_values(enc)
-    assert len(recorder.proposals) > 1
-    for t, proposal, _ in recorder.proposals:
+
+    def features_after(t, words):
         memory, token, last = states[:t], prev_output[0, t], states[t - 1] if t else torch.zeros_like(states[0])
-        expected = []
-        for _ in range(steps):
+        for word in list(words) + [None]:
             x = head.slots(verifier.decoder.embed_tokens(token).view(1, 1, -1), last.view(1, 1, -1))[0]
             # a leading state no slot sees, so that an empty prefix has keys too
             keys = head.memory_keys_values(torch.cat([torch.zeros_like(states[:1]), memory]).unsqueeze(0))
             visible = torch.ones(1, 1, block_size, memory.size(0) + 1 + block_size, dtype=torch.bool)
             visible[..., 0] = False
             features = head(x, keys, visible, encoder_keys, torch.ones(1, 1, 1, enc.size(1), dtype=torch.bool))[0]
-            drafted = model.output_layer(features).argmax(-1)
-            expected += drafted.tolist()
-            memory, token, last = torch.cat([memory, features]), drafted[-1], features[-1]
+            memory, token, last = torch.cat([memory, features]), torch.tensor(0 if word is None else word), features[-1]
+        return features
+
+    assert len(recorder.proposals) > 1
+    return recorder.proposals, features_after, model
+
+
+@pytest.mark.parametrize("block_size, compiled", [(1, True), (1, False), (2, True)])
+@torch.no_grad()
+def test_each_drafting_step_goes_on_from_the_last_ones_features(block_size, compiled):
+    """With ``steps`` calls per proposal, call ``j + 1`` reads the tokens and output features of call ``j``
+    in place of the verifier's: the proposal after ``t`` tokens equals the head's training forward
+    rolled out by hand, its features appended to the verifier's states of the prefix."""
+    steps = 3
+    proposals, features_after, model = decoded_and_rolled_out(block_size, compiled, steps=steps)
+    for t, proposal, _ in proposals:
+        expected = []
+        for _ in range(steps):
+            expected += model.output_layer(features_after(t, expected[block_size - 1::block_size])).argmax(-1).tolist()
         assert proposal == expected[:len(proposal)], t
 
 
@@ -258,44 +273,15 @@ def test_a_draft_tree_keeps_each_levels_likeliest_paths_rolled_out_by_hand(compi
     words, by the product of the head's probabilities along the path, those at least
     ``least_probability`` likely: the head's training forward rolled out by hand along each path (its
     features appended to the verifier's states of the prefix) gives the same tree."""
-    dictionary = make_dictionary(20)
-    verifier = build_transformer(dictionary, seed=8, layers=2, eos_bias=-3.0).eval()
-    model = build_head(verifier, block_size=1, layers=1, seed=9).eval()
-    head, steps = model.head, 3
-    batch = make_batch(dictionary, [[4, 5, 6, 7]])
-    drafter = DraftHeadDrafter(model, steps=steps, branches=branches, least_probability=least_probability)
-    if not compiled:
-        drafter.compiled = drafter.compiled_head = None
-    generator = build_generator("greedy", [verifier], dictionary,
-                                argparse.Namespace(**dict(GENERATION_DEFAULTS, max_len_b=12)), None, drafter=drafter)
-    recorder = _ProposalRecorder()
-    generator.decoder.observers.append(recorder)
-    tokens = generator.generate([verifier], batch)[0][0]["tokens"]
-    prev_output = torch.cat([torch.tensor([dictionary.eos()]), tokens[:-1]]).unsqueeze(0)
-    encoder_out = verifier.encoder(**batch["net_input"])
-    states = verifier.decoder.extract_features(prev_output, encoder_out=encoder_out)[0][0]
-    enc = encoder_out["encoder_out"][0].transpose(0, 1)
-    encoder_keys = head.encoder_keys_values(enc)
-
-    def log_probs_after(t, path):
-        """The head's log-probabilities after the prefix of ``t`` tokens and the drafted ``path``."""
-        memory, token, last = states[:t], prev_output[0, t], states[t - 1] if t else torch.zeros_like(states[0])
-        for word in path + (None,):
-            x = head.slots(verifier.decoder.embed_tokens(token).view(1, 1, -1), last.view(1, 1, -1))[0]
-            keys = head.memory_keys_values(torch.cat([torch.zeros_like(states[:1]), memory]).unsqueeze(0))
-            visible = torch.ones(1, 1, 1, memory.size(0) + 2, dtype=torch.bool)
-            visible[..., 0] = False
-            features = head(x, keys, visible, encoder_keys, torch.ones(1, 1, 1, enc.size(1), dtype=torch.bool))[0]
-            memory, token, last = torch.cat([memory, features]), torch.tensor(0 if word is None else word), features[-1]
-        return F.log_softmax(model.output_layer(features[-1]).float(), -1)
-
-    assert len(recorder.proposals) > 1
-    for t, proposal, parents in recorder.proposals:
+    steps = 3
+    proposals, features_after, model = decoded_and_rolled_out(1, compiled, steps=steps, branches=branches,
+                                                              least_probability=least_probability)
+    for t, proposal, parents in proposals:
         level, nodes = [((), 0.0)], [()]  # paths from the root with their log-probabilities
         for _ in range(steps):
             candidates = []
             for path, path_log_prob in level:
-                best = log_probs_after(t, path).topk(branches)
+                best = F.log_softmax(model.output_layer(features_after(t, path)[-1]).float(), -1).topk(branches)
                 candidates += [(path + (int(word),), path_log_prob + float(value))
                                for value, word in zip(best.values, best.indices)]
             candidates.sort(key=lambda candidate: -candidate[1])
@@ -444,6 +430,8 @@ def test_drafting_steps_default_to_three_for_a_one_slot_head_and_steps_and_trees
                                              "one branch per level or more"):
             DraftHeadDrafter(build_head(verifier, block_size=1).eval(), branches=branches,
                              least_probability=least_probability, nodes=nodes)
+    with pytest.raises(ValueError, match="--draft-head-branches 4: the head drafts among 3 words; branch at most"):
+        DraftHeadDrafter(build_head(verifier, block_size=1).eval(), draft_vocab=3, branches=4)
     for model, options in ((build_head(verifier, block_size=2), {"branches": 2}),
                            (build_head(verifier, block_size=1), {"least_probability": 0.1, "refinement": refinement})):
         with pytest.raises(ValueError, match="--draft-head-branches, --draft-head-threshold and --draft-head-nodes "

@@ -143,8 +143,8 @@ class DecodingConfig(FairseqDataclass):
     )
     draft_head_branches: int = field(
         default=1,
-        metadata={"help": "gad with a one-slot draft_head: grow a tree of drafts (EAGLE-2's dynamic tree), one level per "
-                  "call of the head: each level's nodes propose their N likeliest words and the N likeliest paths "
+        metadata={"help": "gad with a one-slot draft_head: grow a tree of drafts (EAGLE-2's dynamic tree), one level "
+                  "per call of the head: each level's nodes propose their N likeliest words and the N likeliest paths "
                   "among those (by the product of the head's probabilities) are the next level, all verified in "
                   "one tree pass (needs --verifier fast); 1: a chain"},
     )

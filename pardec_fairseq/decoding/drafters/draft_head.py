@@ -11,8 +11,9 @@ from the slots' top-k lattice as bpd's heads' drafts are. With ``steps`` above 1
 many calls, each going on from the last one's last slot (its token, and its output features in place
 of the verifier's state, whose keys and values the next call reads where the verifier's will be): a
 head trained with ``--block-size 1`` and ``--state-regression-weight`` drafts autoregressively, as
-EAGLE's drafter does. The head only changes speed: exact acceptance keeps the verifier's greedy
-output whatever it drafts.
+EAGLE's drafter does; with ``branches`` above 1 its calls grow a tree instead, a level per call
+(EAGLE-2's dynamic tree: ``draft_tree``). The head only changes speed: exact acceptance keeps the
+verifier's greedy output whatever it drafts.
 """
 import math
 from typing import Optional
@@ -105,7 +106,12 @@ class DraftHeadDrafter(Drafter):
         if self.grows_tree and (head.block_size > 1 or refinement is not None):
             raise ValueError("--draft-head-branches, --draft-head-threshold and --draft-head-nodes grow a tree a token "
                              "per call: they need a head trained with --block-size 1 and no --refine")
-        self.refinement, self.branches, self.least_probability, self.nodes = refinement, branches, least_probability, nodes
+        words = draft_vocab or len(model.verifier.decoder.dictionary)
+        if branches > words:
+            raise ValueError(f"--draft-head-branches {branches}: the head drafts among {words} words; branch at most "
+                             "that many ways")
+        self.refinement, self.branches, self.nodes = refinement, branches, nodes
+        self.least_probability = least_probability
         self.drafts_trees = (refinement is not None and refinement.drafts > 1) or branches > 1
         self.block_size, self.final_norm = head.block_size, head.final_norm
         with torch.no_grad():
@@ -223,8 +229,8 @@ class DraftHeadDrafter(Drafter):
             level = level_first.unsqueeze(1) + positions[:n]  # [rows, n] the level's pass positions
             real = positions[:n] < level_count.unsqueeze(1)
             level = torch.where(real, level, capacity + 1)
-            states = torch.where((level == 0).unsqueeze(2), self.last_state.unsqueeze(1),
-                                 features.gather(1, parents.gather(1, level).unsqueeze(2).expand(-1, -1, features.size(2))))
+            parent_features = features.gather(1, parents.gather(1, level).unsqueeze(2).expand(-1, -1, features.size(2)))
+            states = torch.where((level == 0).unsqueeze(2), self.last_state.unsqueeze(1), parent_features)
             embedding = self.verifier.decoder.embed_tokens(words.gather(1, level))
             inputs = torch.cat([embedding, states], -1).masked_fill(~real.unsqueeze(2), 0.0)  # filler: zeros
             x = self.fuse(inputs) + self.slot_embedding[0]
