@@ -106,10 +106,6 @@ class DraftHeadDrafter(Drafter):
         if self.grows_tree and (head.block_size > 1 or refinement is not None):
             raise ValueError("--draft-head-branches, --draft-head-threshold and --draft-head-nodes grow a tree a token "
                              "per call: they need a head trained with --block-size 1 and no --refine")
-        words = draft_vocab or len(model.verifier.decoder.dictionary)
-        if branches > words:
-            raise ValueError(f"--draft-head-branches {branches}: the head drafts among {words} words; branch at most "
-                             "that many ways")
         self.refinement, self.branches, self.nodes = refinement, branches, nodes
         self.least_probability = least_probability
         self.drafts_trees = (refinement is not None and refinement.drafts > 1) or branches > 1
@@ -121,6 +117,10 @@ class DraftHeadDrafter(Drafter):
             decoder = self.verifier.decoder
             self.output_layer = draft_projection(decoder, draft_vocab, refinement, bfloat16) \
                 if has_fairseq_output_layer(decoder, draft_vocab) else decoder.output_layer
+        words = draft_vocab or len(self.verifier.decoder.dictionary)  # draft_projection checked draft_vocab
+        if branches > words:
+            raise ValueError(f"--draft-head-branches {branches}: the head drafts among {words} words; branch at most "
+                             "that many ways")
         layers = _Layers(self.layers)
         self.compiled = CompiledLayers(layers) if compiles(layers) else None
         # the whole drafting call compiled, where the draft is each slot's top-1 on the vector kernel
