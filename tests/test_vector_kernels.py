@@ -1,6 +1,6 @@
 """The vector kernel's products equal numpy's on every shape a decoder hands it: any rows (whole
-tiles of 4 and the 1-3 left over), any input width, output widths inside a panel, on its edge and
-past it (the zero-padded last panel), with and without a bias; and the kernel refuses arrays it
+tiles of 4 and the 1-3 left over) and every tile geometry, any input width, output widths inside a
+panel, on its edge and past it (the zero-padded last panel), with and without a bias; and the kernel refuses arrays it
 cannot read as contiguous float32 rows. Packed in bfloat16, the products are those of the operands
 rounded to bfloat16 (ties to even), accumulated in float32."""
 import numba
@@ -29,6 +29,31 @@ def test_products_equal_numpy(rows, depth, columns, with_bias, seed):
     expected = x @ weight + (0 if bias is None else bias)
     assert out.shape == (rows, columns)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * depth ** 0.5)
+
+
+def _tiles_of(rows, columns):
+    """A product of whole panels through tiles of ``rows`` rows and ``columns`` panel columns, the
+    geometry another CPU's ``TILE_COLUMNS`` may choose."""
+    tile = vector_kernels._tile(rows, columns)
+
+    @numba.njit
+    def product(x, panels, bias):
+        out = np.empty((x.shape[0], panels.shape[0] * vector_kernels.PANEL), dtype=np.float32)
+        for p in range(panels.shape[0]):
+            for q in range(0, vector_kernels.PANEL, columns):
+                tile(x, 0, panels, p, q, bias, out, 0, p * vector_kernels.PANEL)
+        return out
+
+    return product
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("columns", [16, 32, 64])
+def test_every_tile_geometry_computes_the_product(rows, columns):
+    """The AVX2 geometry (16 or 32 columns for several rows) and AVX-512's (64) on whichever CPU runs it."""
+    x, weight, bias = random_operands(rows * columns, rows, 37, 128, True)
+    out = _tiles_of(rows, columns)(x, vector_kernels.pack(weight), vector_kernels.pack_bias(bias, 128))
+    np.testing.assert_allclose(out, x @ weight + bias, rtol=1e-4, atol=1e-4 * 37 ** 0.5)
 
 
 def test_the_packed_weight_holds_whole_panels():

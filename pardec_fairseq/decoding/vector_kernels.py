@@ -7,8 +7,10 @@ packed weight (71 GFLOP/s) and 150 us on OpenBLAS, one row 15 us on OpenBLAS (ge
 keeps a tile of up to 4 rows x 64 output columns in 16 vector registers while it streams the
 weight once ran the same products in 37 us (115 GFLOP/s) and 12 us. numba cannot express such a
 tile (its vectoriser left the scalar version at 7 GFLOP/s), so the tile is written in LLVM IR
-through a numba intrinsic: it is compiled and cached with the numba code that calls it, needs no
-C compiler, and takes the target's vector width from LLVM.
+through a numba intrinsic: it is compiled and cached with the numba code that calls it and needs no
+C compiler. Its vectors are the CPU's: 16 floats with AVX-512, else 8; with AVX2's 16 registers a
+tile of several rows covers fewer columns (``TILE_COLUMNS``): on an AMD Zen 3 core, 4 rows x (256,
+1024) took 71 us as AVX-512's tile (its accumulators spilled to the stack) and 44 us as 16 columns.
 
 The weight is packed once into panels of 64 output columns, ``[panels, in, 64]``, so that each step
 of the inner loop reads 256 contiguous bytes; the last panel is padded with zeros.
@@ -27,10 +29,24 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-LANES = 16  # floats per vector register (AVX-512); LLVM splits them where registers are narrower
-VECTORS = 4  # vectors per row of a tile
-PANEL = LANES * VECTORS  # output columns of a panel
-TILE_ROWS = 4  # rows of a full tile: 4 x 4 accumulators, the weight's 4 vectors and a broadcast fit 32 registers
+PANEL = 64  # output columns of a packed weight's panel
+
+
+def _host_has(feature: str) -> bool:
+    """Whether numba compiles for this CPU and it has ``feature`` (LLVM's name for it)."""
+    if numba.config.CPU_NAME not in (None, "host"):
+        return False
+    return bool(llvm.get_host_cpu_features().get(feature, False))
+
+
+# floats per vector register: 16 with AVX-512 (32 registers), else 8 (AVX2: 16 registers)
+LANES = 16 if _host_has("avx512f") else 8
+# columns of the panel a tile of 1..5 rows covers, so that its accumulators, the weight's vectors
+# and a broadcast fit the registers: 4 rows x 64 columns take 16 of AVX-512's 32, while with
+# AVX2's 16 the same tile spilled to the stack (4 x 8 accumulators); there a tile of 3-5 rows
+# covers 16 columns, 2 rows 32, one row the whole panel (its weights folded into the multiply-adds)
+TILE_COLUMNS = (0, PANEL, PANEL, PANEL, PANEL, PANEL) if LANES == 16 else (0, PANEL, 32, 16, 16, 16)
+TILE_ROWS = 4  # rows of a full tile
 
 
 class _BFloat(ir.Type):
@@ -46,29 +62,31 @@ class _BFloat(ir.Type):
         return hash("bfloat")
 
 
-def _tile(rows: int):
-    """An intrinsic ``tile(x, r0, panels, p, bias, out, o0, c0)``: ``out[o0:o0+rows, c0:c0+64] =
-    x[r0:r0+rows] @ panels[p] + bias[64p:64p+64]``, all C-contiguous, ``out`` with at least 64
-    columns from ``c0``. Float32 ``x`` and ``panels`` (``pack``) multiply-add in float32; int32 ones
-    hold bfloat16 pairs (``bfloat16_pairs``, ``pack_bfloat16``) and go through AVX-512's bfloat16 dot
-    product, two multiply-adds per lane and instruction, accumulated in float32."""
+def _tile(rows: int, columns: int):
+    """An intrinsic ``tile(x, r0, panels, p, q, bias, out, o0, c0)``: ``out[o0:o0+rows,
+    c0+q:c0+q+columns] = x[r0:r0+rows] @ panels[p, :, q:q+columns] + bias[64p+q:64p+q+columns]``, all
+    C-contiguous, ``out`` with at least 64 columns from ``c0``. Float32 ``x`` and ``panels``
+    (``pack``) multiply-add in float32; int32 ones hold bfloat16 pairs (``bfloat16_pairs``,
+    ``pack_bfloat16``) and go through AVX-512's bfloat16 dot product, two multiply-adds per lane and
+    instruction, accumulated in float32."""
+    vectors = columns // LANES
 
     @intrinsic
-    def tile(typingctx, x, r0, panels, p, bias, out, o0, c0):
+    def tile(typingctx, x, r0, panels, p, q, bias, out, o0, c0):
         operands, floats = (x, panels), (bias, out)
         if any(not isinstance(a, types.Array) or a.layout != "C" for a in operands + floats) or \
                 any(a.dtype != types.float32 for a in floats) or x.dtype != panels.dtype or \
                 x.dtype not in (types.float32, types.int32):
             return None
         pairs = x.dtype == types.int32
-        signature = types.void(x, r0, panels, p, bias, out, o0, c0)
+        signature = types.void(x, r0, panels, p, q, bias, out, o0, c0)
 
         def codegen(context, builder, signature, args):
-            x_arg, r0_arg, panels_arg, p_arg, bias_arg, out_arg, o0_arg, c0_arg = args
+            x_arg, r0_arg, panels_arg, p_arg, q_arg, bias_arg, out_arg, o0_arg, c0_arg = args
             x_data = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=x_arg)
             panel_data = cgutils.create_struct_proxy(signature.args[2])(context, builder, value=panels_arg)
-            bias_data = cgutils.create_struct_proxy(signature.args[4])(context, builder, value=bias_arg)
-            out_data = cgutils.create_struct_proxy(signature.args[5])(context, builder, value=out_arg)
+            bias_data = cgutils.create_struct_proxy(signature.args[5])(context, builder, value=bias_arg)
+            out_data = cgutils.create_struct_proxy(signature.args[6])(context, builder, value=out_arg)
             i64, i32 = ir.IntType(64), ir.IntType(32)
             vector = ir.VectorType(ir.FloatType(), LANES)
             operand = ir.VectorType(i32, LANES) if pairs else vector  # what a row of a panel holds
@@ -81,7 +99,7 @@ def _tile(rows: int):
                     return builder.call(dot, [total, builder.bitcast(a, bfloats), builder.bitcast(b, bfloats)])
             else:
                 fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3),
-                                                     "llvm.fma.v16f32")
+                                                     f"llvm.fma.v{LANES}f32")
 
                 def multiply_add(a, b, total):
                     return builder.call(fma, [a, b, total])
@@ -94,11 +112,12 @@ def _tile(rows: int):
             def load_vector(pointer, offset, kind=vector):
                 return builder.load(builder.bitcast(builder.gep(pointer, [const(offset)]), kind.as_pointer()), align=4)
 
-            panel = builder.gep(panel_data.data, [builder.mul(builder.mul(p_arg, depth), const(PANEL))])
-            panel_bias = builder.gep(bias_data.data, [builder.mul(p_arg, const(PANEL))])
+            panel = builder.gep(panel_data.data, [builder.add(builder.mul(builder.mul(p_arg, depth), const(PANEL)),
+                                                              q_arg)])
+            panel_bias = builder.gep(bias_data.data, [builder.add(builder.mul(p_arg, const(PANEL)), q_arg)])
             # accumulators live in stack slots that LLVM promotes to registers
-            accumulators = [[cgutils.alloca_once(builder, vector) for _ in range(VECTORS)] for _ in range(rows)]
-            for v in range(VECTORS):
+            accumulators = [[cgutils.alloca_once(builder, vector) for _ in range(vectors)] for _ in range(rows)]
+            for v in range(vectors):
                 start = load_vector(panel_bias, v * LANES)
                 for r in range(rows):
                     builder.store(start, accumulators[r][v])
@@ -108,18 +127,18 @@ def _tile(rows: int):
             undefined = ir.Constant(operand, ir.Undefined)
             with cgutils.for_range(builder, depth) as loop:
                 weight_row = builder.gep(panel, [builder.mul(loop.index, const(PANEL))])
-                weights = [load_vector(weight_row, v * LANES, operand) for v in range(VECTORS)]
+                weights = [load_vector(weight_row, v * LANES, operand) for v in range(vectors)]
                 for r in range(rows):
                     scalar = builder.load(builder.gep(x_rows[r], [loop.index]))
                     broadcast = builder.shuffle_vector(builder.insert_element(undefined, scalar, ir.Constant(i32, 0)),
                                                        undefined, splat)
-                    for v in range(VECTORS):
+                    for v in range(vectors):
                         total = multiply_add(broadcast, weights[v], builder.load(accumulators[r][v]))
                         builder.store(total, accumulators[r][v])
             for r in range(rows):
                 out_row = builder.gep(out_data.data, [builder.add(builder.mul(builder.add(o0_arg, const(r)), out_width),
-                                                                  c0_arg)])
-                for v in range(VECTORS):
+                                                                  builder.add(c0_arg, q_arg))])
+                for v in range(vectors):
                     target = builder.bitcast(builder.gep(out_row, [const(v * LANES)]), vector.as_pointer())
                     builder.store(builder.load(accumulators[r][v]), target, align=4)
             return context.get_dummy_value()
@@ -129,29 +148,36 @@ def _tile(rows: int):
     return tile
 
 
-_tile1, _tile2, _tile3, _tile4, _tile5 = _tile(1), _tile(2), _tile(3), _tile(4), _tile(5)
+_tile1, _tile2, _tile3, _tile4, _tile5 = (_tile(rows, TILE_COLUMNS[rows]) for rows in range(1, 6))
+_COLUMNS1, _COLUMNS2, _COLUMNS3, _COLUMNS4, _COLUMNS5 = TILE_COLUMNS[1:]
 
 
 @numba.njit(cache=True, nogil=True)
 def panel_into(x, panels, p, bias, out, c0):
     """Every row of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``, in tiles of 4 rows (the panel
-    stays in the second-level cache between them) and one of the rest. A lone row left over joins the
-    last tile: a one-row tile's 4 accumulator chains leave the FMA pipes half idle, so 5 rows took
-    1.2x as long as 4 + 1 (the draft head's pass over a row's last token and 4 drafted ones)."""
+    stays in the second-level cache between them) and one of the rest, each tile across the panel in
+    its ``TILE_COLUMNS``. A lone row left over joins the last tile: a one-row tile's 4 accumulator
+    chains leave the FMA pipes half idle, so 5 rows took 1.2x as long as 4 + 1 (the draft head's pass
+    over a row's last token and 4 drafted ones)."""
     rows = x.shape[0]
     r = 0
     while r + TILE_ROWS <= rows and rows - r != TILE_ROWS + 1:
-        _tile4(x, r, panels, p, bias, out, r, c0)
+        for q in range(0, PANEL, _COLUMNS4):
+            _tile4(x, r, panels, p, q, bias, out, r, c0)
         r += TILE_ROWS
     left = rows - r
     if left == 5:
-        _tile5(x, r, panels, p, bias, out, r, c0)
+        for q in range(0, PANEL, _COLUMNS5):
+            _tile5(x, r, panels, p, q, bias, out, r, c0)
     elif left == 3:
-        _tile3(x, r, panels, p, bias, out, r, c0)
+        for q in range(0, PANEL, _COLUMNS3):
+            _tile3(x, r, panels, p, q, bias, out, r, c0)
     elif left == 2:
-        _tile2(x, r, panels, p, bias, out, r, c0)
+        for q in range(0, PANEL, _COLUMNS2):
+            _tile2(x, r, panels, p, q, bias, out, r, c0)
     elif left == 1:
-        _tile1(x, r, panels, p, bias, out, r, c0)
+        for q in range(0, PANEL, _COLUMNS1):
+            _tile1(x, r, panels, p, q, bias, out, r, c0)
 
 
 # multiply-adds from which a product shares its panels among numba's threads: measured on this
@@ -222,9 +248,7 @@ def product(x, panels, bias, columns):
 
 def has_bfloat16_product() -> bool:
     """Whether numba compiles for a CPU with AVX-512's bfloat16 dot product (``pack_bfloat16``'s panels)."""
-    if numba.config.CPU_NAME not in (None, "host"):
-        return False
-    return bool(llvm.get_host_cpu_features().get("avx512bf16", False))
+    return _host_has("avx512bf16")
 
 
 def follow_torch_threads():
