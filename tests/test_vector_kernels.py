@@ -31,10 +31,10 @@ def test_products_equal_numpy(rows, depth, columns, with_bias, seed):
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * depth ** 0.5)
 
 
-def _tiles_of(rows, columns):
-    """A product of whole panels through tiles of ``rows`` rows and ``columns`` panel columns, the
-    geometry another CPU's ``TILE_COLUMNS`` may choose."""
-    tile = vector_kernels._tile(rows, columns)
+def _tiles_of(rows, columns, lanes):
+    """A product of whole panels through tiles of ``rows`` rows, ``columns`` panel columns and vectors
+    of ``lanes`` floats: the geometries another CPU's kernel may choose."""
+    tile = vector_kernels._tile(rows, columns, lanes)
 
     @numba.njit
     def product(x, panels, bias):
@@ -48,11 +48,12 @@ def _tiles_of(rows, columns):
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5])
-@pytest.mark.parametrize("columns", [16, 32, 64])
-def test_every_tile_geometry_computes_the_product(rows, columns):
-    """The AVX2 geometry (16 or 32 columns for several rows) and AVX-512's (64) on whichever CPU runs it."""
+@pytest.mark.parametrize("columns, lanes", [(16, 8), (32, 8), (64, 8), (16, 16), (64, 16)])
+def test_every_tile_geometry_computes_the_product(rows, columns, lanes):
+    """AVX2's geometries (8-float vectors, 16 or 32 columns for several rows, whole panels in 16-float
+    vectors for a few) and AVX-512's (16-float vectors, 64 columns) on whichever CPU runs it."""
     x, weight, bias = random_operands(rows * columns, rows, 37, 128, True)
-    out = _tiles_of(rows, columns)(x, vector_kernels.pack(weight), vector_kernels.pack_bias(bias, 128))
+    out = _tiles_of(rows, columns, lanes)(x, vector_kernels.pack(weight), vector_kernels.pack_bias(bias, 128))
     np.testing.assert_allclose(out, x @ weight + bias, rtol=1e-4, atol=1e-4 * 37 ** 0.5)
 
 

@@ -41,10 +41,13 @@ def _host_has(feature: str) -> bool:
 
 # floats per vector register: 16 with AVX-512 (32 registers), else 8 (AVX2: 16 registers)
 LANES = 16 if _host_has("avx512f") else 8
-# columns of the panel a tile of 1..5 rows covers, so that its accumulators, the weight's vectors
-# and a broadcast fit the registers: 4 rows x 64 columns take 16 of AVX-512's 32, while with
-# AVX2's 16 the same tile spilled to the stack (4 x 8 accumulators); there a tile of 3-5 rows
-# covers 16 columns, 2 rows 32, one row the whole panel (its weights folded into the multiply-adds)
+# columns of the panel a tile of 1..5 rows covers in a product of more than 5 rows, so that its
+# accumulators, the weight's vectors and a broadcast fit the registers: 4 rows x 64 columns take
+# 16 of AVX-512's 32, while with AVX2's 16 the same tile spilled to the stack (4 x 8 accumulators);
+# there a tile of 3-5 rows covers 16 columns and one of 2 rows 32. A product of at most 5 rows
+# (a pass of a few tokens) is one tile across the whole panel all the same: it is bound by reading
+# the weight from memory, which the whole panel's 256-byte rows stream in order, while narrow tiles
+# read each row in parts (on a Zen 3 core, gs-jacobi's 5-token passes ran 25% slower so)
 TILE_COLUMNS = (0, PANEL, PANEL, PANEL, PANEL, PANEL) if LANES == 16 else (0, PANEL, 32, 16, 16, 16)
 TILE_ROWS = 4  # rows of a full tile
 
@@ -62,14 +65,14 @@ class _BFloat(ir.Type):
         return hash("bfloat")
 
 
-def _tile(rows: int, columns: int):
+def _tile(rows: int, columns: int, lanes: int = LANES):
     """An intrinsic ``tile(x, r0, panels, p, q, bias, out, o0, c0)``: ``out[o0:o0+rows,
     c0+q:c0+q+columns] = x[r0:r0+rows] @ panels[p, :, q:q+columns] + bias[64p+q:64p+q+columns]``, all
     C-contiguous, ``out`` with at least 64 columns from ``c0``. Float32 ``x`` and ``panels``
     (``pack``) multiply-add in float32; int32 ones hold bfloat16 pairs (``bfloat16_pairs``,
     ``pack_bfloat16``) and go through AVX-512's bfloat16 dot product, two multiply-adds per lane and
-    instruction, accumulated in float32."""
-    vectors = columns // LANES
+    instruction, accumulated in float32. ``lanes``: floats per vector (LLVM splits wider ones)."""
+    vectors = columns // lanes
 
     @intrinsic
     def tile(typingctx, x, r0, panels, p, q, bias, out, o0, c0):
@@ -88,10 +91,10 @@ def _tile(rows: int, columns: int):
             bias_data = cgutils.create_struct_proxy(signature.args[5])(context, builder, value=bias_arg)
             out_data = cgutils.create_struct_proxy(signature.args[6])(context, builder, value=out_arg)
             i64, i32 = ir.IntType(64), ir.IntType(32)
-            vector = ir.VectorType(ir.FloatType(), LANES)
-            operand = ir.VectorType(i32, LANES) if pairs else vector  # what a row of a panel holds
+            vector = ir.VectorType(ir.FloatType(), lanes)
+            operand = ir.VectorType(i32, lanes) if pairs else vector  # what a row of a panel holds
             if pairs:
-                bfloats = ir.VectorType(_BFloat(), 2 * LANES)
+                bfloats = ir.VectorType(_BFloat(), 2 * lanes)
                 dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector, bfloats, bfloats]),
                                                      "llvm.x86.avx512bf16.dpbf16ps.512")
 
@@ -99,7 +102,7 @@ def _tile(rows: int, columns: int):
                     return builder.call(dot, [total, builder.bitcast(a, bfloats), builder.bitcast(b, bfloats)])
             else:
                 fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3),
-                                                     f"llvm.fma.v{LANES}f32")
+                                                     f"llvm.fma.v{lanes}f32")
 
                 def multiply_add(a, b, total):
                     return builder.call(fma, [a, b, total])
@@ -118,16 +121,16 @@ def _tile(rows: int, columns: int):
             # accumulators live in stack slots that LLVM promotes to registers
             accumulators = [[cgutils.alloca_once(builder, vector) for _ in range(vectors)] for _ in range(rows)]
             for v in range(vectors):
-                start = load_vector(panel_bias, v * LANES)
+                start = load_vector(panel_bias, v * lanes)
                 for r in range(rows):
                     builder.store(start, accumulators[r][v])
             x_rows = [builder.gep(x_data.data, [builder.mul(builder.add(r0_arg, const(r)), depth)])
                       for r in range(rows)]
-            splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+            splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
             undefined = ir.Constant(operand, ir.Undefined)
             with cgutils.for_range(builder, depth) as loop:
                 weight_row = builder.gep(panel, [builder.mul(loop.index, const(PANEL))])
-                weights = [load_vector(weight_row, v * LANES, operand) for v in range(vectors)]
+                weights = [load_vector(weight_row, v * lanes, operand) for v in range(vectors)]
                 for r in range(rows):
                     scalar = builder.load(builder.gep(x_rows[r], [loop.index]))
                     broadcast = builder.shuffle_vector(builder.insert_element(undefined, scalar, ir.Constant(i32, 0)),
@@ -139,7 +142,7 @@ def _tile(rows: int, columns: int):
                 out_row = builder.gep(out_data.data, [builder.add(builder.mul(builder.add(o0_arg, const(r)), out_width),
                                                                   builder.add(c0_arg, q_arg))])
                 for v in range(vectors):
-                    target = builder.bitcast(builder.gep(out_row, [const(v * LANES)]), vector.as_pointer())
+                    target = builder.bitcast(builder.gep(out_row, [const(v * lanes)]), vector.as_pointer())
                     builder.store(builder.load(accumulators[r][v]), target, align=4)
             return context.get_dummy_value()
 
@@ -150,16 +153,32 @@ def _tile(rows: int, columns: int):
 
 _tile1, _tile2, _tile3, _tile4, _tile5 = (_tile(rows, TILE_COLUMNS[rows]) for rows in range(1, 6))
 _COLUMNS1, _COLUMNS2, _COLUMNS3, _COLUMNS4, _COLUMNS5 = TILE_COLUMNS[1:]
+_NARROW = TILE_COLUMNS[TILE_ROWS] < PANEL
+# as 16-float vectors: on a Zen 3 core LLVM scheduled these spilling tiles better so (2 rows x
+# (256, 1024): 35 against 49 us in 8-float vectors)
+_whole2, _whole3, _whole4, _whole5 = ((_tile(rows, PANEL, 16) for rows in range(2, 6)) if _NARROW
+                                      else (_tile2, _tile3, _tile4, _tile5))
 
 
 @numba.njit(cache=True, nogil=True)
 def panel_into(x, panels, p, bias, out, c0):
-    """Every row of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``, in tiles of 4 rows (the panel
-    stays in the second-level cache between them) and one of the rest, each tile across the panel in
-    its ``TILE_COLUMNS``. A lone row left over joins the last tile: a one-row tile's 4 accumulator
-    chains leave the FMA pipes half idle, so 5 rows took 1.2x as long as 4 + 1 (the draft head's pass
-    over a row's last token and 4 drafted ones)."""
+    """Every row of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``: at most 5 rows as one tile
+    across the panel, more in tiles of 4 rows (the panel stays in the second-level cache between
+    them) and one of the rest, each tile across the panel in its ``TILE_COLUMNS``. A lone row left
+    over joins the last tile: a one-row tile's 4 accumulator chains leave the FMA pipes half idle, so
+    5 rows took 1.2x as long as 4 + 1 (the draft head's pass over a row's last token and 4 drafted
+    ones)."""
     rows = x.shape[0]
+    if _NARROW and 1 < rows <= TILE_ROWS + 1:  # one tile, streaming the whole panel
+        if rows == 2:
+            _whole2(x, 0, panels, p, 0, bias, out, 0, c0)
+        elif rows == 3:
+            _whole3(x, 0, panels, p, 0, bias, out, 0, c0)
+        elif rows == 4:
+            _whole4(x, 0, panels, p, 0, bias, out, 0, c0)
+        else:
+            _whole5(x, 0, panels, p, 0, bias, out, 0, c0)
+        return
     r = 0
     while r + TILE_ROWS <= rows and rows - r != TILE_ROWS + 1:
         for q in range(0, PANEL, _COLUMNS4):
