@@ -1,8 +1,8 @@
 """The vector kernel's products equal numpy's on every shape a decoder hands it: any rows (whole
 tiles of 4 and the 1-3 left over) and every tile geometry, any input width, output widths inside a
-panel, on its edge and past it (the zero-padded last panel), with and without a bias; and the kernel refuses arrays it
-cannot read as contiguous float32 rows. Packed in bfloat16, the products are those of the operands
-rounded to bfloat16 (ties to even), accumulated in float32."""
+panel, on its edge and past it (the zero-padded last panel), with and without a bias; and the
+kernel refuses arrays it cannot read as contiguous float32 rows. Packed in bfloat16, the products
+are those of the operands rounded to bfloat16 (ties to even), accumulated in float32."""
 import numba
 import numpy as np
 import pytest

@@ -8,9 +8,10 @@ keeps a tile of up to 4 rows x 64 output columns in 16 vector registers while it
 weight once ran the same products in 37 us (115 GFLOP/s) and 12 us. numba cannot express such a
 tile (its vectoriser left the scalar version at 7 GFLOP/s), so the tile is written in LLVM IR
 through a numba intrinsic: it is compiled and cached with the numba code that calls it and needs no
-C compiler. Its vectors are the CPU's: 16 floats with AVX-512, else 8; with AVX2's 16 registers a
-tile of several rows covers fewer columns (``TILE_COLUMNS``): on an AMD Zen 3 core, 4 rows x (256,
-1024) took 71 us as AVX-512's tile (its accumulators spilled to the stack) and 44 us as 16 columns.
+C compiler. Its vectors are the CPU's: 16 floats with AVX-512, else 8; with AVX2's 16 registers the
+tiles of a product of many rows cover fewer columns (``TILE_COLUMNS``): on an AMD Zen 3 core, 8 rows
+x (256, 1024) took 137-146 us in AVX-512's tiles (their accumulators spilled to the stack) and 65-77
+us in 16-column ones.
 
 The weight is packed once into panels of 64 output columns, ``[panels, in, 64]``, so that each step
 of the inner loop reads 256 contiguous bytes; the last panel is padded with zeros.
