@@ -170,7 +170,7 @@ def panel_into(x, panels, p, bias, out, c0):
     5 rows took 1.2x as long as 4 + 1 (the draft head's pass over a row's last token and 4 drafted
     ones)."""
     rows = x.shape[0]
-    if _NARROW and 1 < rows <= TILE_ROWS + 1:  # one tile, streaming the whole panel
+    if 1 < rows <= TILE_ROWS + 1:  # one tile, streaming the whole panel
         if rows == 2:
             _whole2(x, 0, panels, p, 0, bias, out, 0, c0)
         elif rows == 3:
