@@ -48,21 +48,26 @@ def _tiles_of(rows, columns, lanes):
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5])
-@pytest.mark.parametrize("columns, lanes", [(16, 8), (32, 8), (64, 8), (16, 16), (64, 16)])
-def test_every_tile_geometry_computes_the_product(rows, columns, lanes):
-    """AVX2's geometries (8-float vectors, 16 or 32 columns for several rows, whole panels in 16-float
-    vectors for a few) and AVX-512's (16-float vectors, 64 columns) on whichever CPU runs it."""
+@pytest.mark.parametrize("columns, lanes, stripe", [(16, 8, 16), (32, 8, 16), (64, 8, 16), (64, 16, 16),
+                                                    (16, 8, 64), (64, 16, 64)])
+def test_every_tile_geometry_computes_the_product(rows, columns, lanes, stripe):
+    """AVX2's geometries (8-float vectors, 16 or 32 columns of 16-column stripes for several rows,
+    whole panels for one) and AVX-512's (16-float vectors, 64 columns, one stripe per panel), and a
+    narrow tile within a wide stripe (as attention's value products run), on whichever CPU runs it."""
     x, weight, bias = random_operands(rows * columns, rows, 37, 128, True)
-    out = _tiles_of(rows, columns, lanes)(x, vector_kernels.pack(weight), vector_kernels.pack_bias(bias, 128))
+    panels = vector_kernels.pack(weight, stripe)
+    out = _tiles_of(rows, columns, lanes)(x, panels, vector_kernels.pack_bias(bias, 128))
     np.testing.assert_allclose(out, x @ weight + bias, rtol=1e-4, atol=1e-4 * 37 ** 0.5)
 
 
-def test_the_packed_weight_holds_whole_panels():
+@pytest.mark.parametrize("stripe", [16, 64])
+def test_the_packed_weight_holds_whole_panels_in_stripes(stripe):
     weight = np.arange(3 * 70, dtype=np.float32).reshape(3, 70)
-    panels = vector_kernels.pack(weight)
-    assert panels.shape == (2, 3, vector_kernels.PANEL)
-    np.testing.assert_array_equal(panels[1, :, :6], weight[:, 64:])
-    assert not panels[1, :, 6:].any()
+    panels = vector_kernels.pack(weight, stripe)
+    assert panels.shape == (2, 64 // stripe, 3, stripe)
+    np.testing.assert_array_equal(panels[0].transpose(1, 0, 2).reshape(3, 64), weight[:, :64])
+    np.testing.assert_array_equal(panels[1, 0, :, :6], weight[:, 64:])
+    assert not panels[1, 0, :, 6:].any() and not panels[1, 1:].any()
 
 
 @pytest.mark.parametrize("x", [np.ones((4, 8), dtype=np.float32)[:, ::2], np.ones((2, 4), dtype=np.float64)])
@@ -118,7 +123,7 @@ def test_bfloat16_rounds_to_nearest_ties_to_even():
 def test_bfloat16_products_are_those_of_the_rounded_operands(rows, depth, columns, with_bias, seed):
     x, weight, bias = random_operands(seed, rows, depth, columns, with_bias)
     panels = vector_kernels.pack_bfloat16(weight)
-    assert panels.dtype == np.int32 and panels.shape == (-(-columns // 64), (depth + 1) // 2, 64)
+    assert panels.dtype == np.int32 and panels.shape == (-(-columns // 64), 1, (depth + 1) // 2, 64)
     out = vector_kernels.product(x, panels, vector_kernels.pack_bias(bias, columns), columns)
     expected = as_bfloat16(x) @ as_bfloat16(weight) + (0 if bias is None else bias)
     assert out.shape == (rows, columns)

@@ -145,7 +145,7 @@ def _weigh_values(out, probabilities, values, start):
     n, columns = probabilities.shape
     head_dim = values.shape[1]
     if head_dim == vector_kernels.PANEL:
-        panel = values.reshape((1, values.shape[0], head_dim))
+        panel = values.reshape((1, 1, values.shape[0], head_dim))
         vector_kernels.panel_into(probabilities, panel, 0, _NO_BIAS, out, start)
         return
     for i in range(n):
@@ -378,7 +378,7 @@ class _Placeholder:
     columns = 0
 
     def __init__(self, dtype):
-        self.panels = np.zeros((0, 0, vector_kernels.PANEL), dtype=dtype)
+        self.panels = np.zeros((0, 1, 0, vector_kernels.PANEL), dtype=dtype)
 
 
 class CompiledLayers(_CompiledWeights):

@@ -9,12 +9,13 @@ weight once ran the same products in 37 us (115 GFLOP/s) and 12 us. numba cannot
 tile (its vectoriser left the scalar version at 7 GFLOP/s), so the tile is written in LLVM IR
 through a numba intrinsic: it is compiled and cached with the numba code that calls it and needs no
 C compiler. Its vectors are the CPU's: 16 floats with AVX-512, else 8; with AVX2's 16 registers the
-tiles of a product of many rows cover fewer columns (``TILE_COLUMNS``): on an AMD Zen 3 core, 8 rows
-x (256, 1024) took 137-146 us in AVX-512's tiles (their accumulators spilled to the stack) and 65-77
-us in 16-column ones.
+tiles cover fewer columns (``TILE_COLUMNS``): on an AMD Zen 3 core, 8 rows x (256, 1024) took 137-146
+us in AVX-512's tiles (their accumulators spilled to the stack) and 65-77 us in 16-column ones.
 
-The weight is packed once into panels of 64 output columns, ``[panels, in, 64]``, so that each step
-of the inner loop reads 256 contiguous bytes; the last panel is padded with zeros.
+The weight is packed once into panels of 64 output columns, the last one padded with zeros, each
+panel in stripes as wide as the narrowest tile (``STRIPE``: the whole panel with AVX-512, 16 columns
+with AVX2), ``[panels, stripes, in, stripe]``: each tile then reads its part of the weight as one
+stream of contiguous rows, and a product reads the whole weight in memory order.
 
 Where numba compiles for a CPU with AVX-512's bfloat16 dot product, a weight may be packed in
 bfloat16 instead (``pack_bfloat16``): the same tile then multiplies pairs of bfloat16 rows, twice the
@@ -42,15 +43,17 @@ def _host_has(feature: str) -> bool:
 
 # floats per vector register: 16 with AVX-512 (32 registers), else 8 (AVX2: 16 registers)
 LANES = 16 if _host_has("avx512f") else 8
-# columns of the panel a tile of 1..5 rows covers in a product of more than 5 rows, so that its
-# accumulators, the weight's vectors and a broadcast fit the registers: 4 rows x 64 columns take
-# 16 of AVX-512's 32, while with AVX2's 16 the same tile spilled to the stack (4 x 8 accumulators);
-# there a tile of 3-5 rows covers 16 columns and one of 2 rows 32. A product of at most 5 rows
-# (a pass of a few tokens) is one tile across the whole panel all the same: it is bound by reading
-# the weight from memory, which the whole panel's 256-byte rows stream in order, while narrow tiles
-# read each row in parts (on a Zen 3 core, gs-jacobi's 5-token passes ran 25% slower so)
+# columns of the panel a tile of 1..5 rows covers, so that its accumulators, the weight's vectors
+# and a broadcast fit the registers: 4 rows x 64 columns take 16 of AVX-512's 32, while with AVX2's
+# 16 the same tile spilled to the stack (4 x 8 accumulators); there a tile of 3-5 rows covers 16
+# columns and one of 2 rows 32
 TILE_COLUMNS = (0, PANEL, PANEL, PANEL, PANEL, PANEL) if LANES == 16 else (0, PANEL, 32, 16, 16, 16)
 TILE_ROWS = 4  # rows of a full tile
+# columns of a panel that ``pack`` stores together: the narrowest tile's, so that a tile reads its
+# weights in memory order. Interleaved across the panel, the 16-column tiles of AVX2 read every
+# 256-byte row in four parts: from memory on a Zen 3 core, 4 rows x (256, 1024) took 120-169 us so,
+# and 71-72 us in stripes (one row: 52-60 us across the panel, 36-44 us in stripes)
+STRIPE = PANEL if LANES == 16 else 16
 
 
 class _BFloat(ir.Type):
@@ -68,9 +71,10 @@ class _BFloat(ir.Type):
 
 def _tile(rows: int, columns: int, lanes: int = LANES):
     """An intrinsic ``tile(x, r0, panels, p, q, bias, out, o0, c0)``: ``out[o0:o0+rows,
-    c0+q:c0+q+columns] = x[r0:r0+rows] @ panels[p, :, q:q+columns] + bias[64p+q:64p+q+columns]``, all
-    C-contiguous, ``out`` with at least 64 columns from ``c0``. Float32 ``x`` and ``panels``
-    (``pack``) multiply-add in float32; int32 ones hold bfloat16 pairs (``bfloat16_pairs``,
+    c0+q:c0+q+columns] = x[r0:r0+rows] @ (columns q:q+columns of panel p) + bias[64p+q:64p+q+columns]``,
+    all C-contiguous, ``out`` with at least 64 columns from ``c0``, ``panels`` as ``pack`` lays them
+    out (``[panels, stripes, in, stripe]``; ``columns`` within a stripe, or whole stripes). Float32
+    ``x`` and ``panels`` multiply-add in float32; int32 ones hold bfloat16 pairs (``bfloat16_pairs``,
     ``pack_bfloat16``) and go through AVX-512's bfloat16 dot product, two multiply-adds per lane and
     instruction, accumulated in float32. ``lanes``: floats per vector (LLVM splits wider ones)."""
     vectors = columns // lanes
@@ -108,16 +112,22 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
                 def multiply_add(a, b, total):
                     return builder.call(fma, [a, b, total])
             depth = cgutils.unpack_tuple(builder, x_data.shape, 2)[1]
+            _, _, panel_depth, stripe = cgutils.unpack_tuple(builder, panel_data.shape, 4)
             out_width = cgutils.unpack_tuple(builder, out_data.shape, 2)[1]
 
             def const(value):
                 return ir.Constant(i64, value)
 
-            def load_vector(pointer, offset, kind=vector):
-                return builder.load(builder.bitcast(builder.gep(pointer, [const(offset)]), kind.as_pointer()), align=4)
+            def load_vector(pointer, offset):
+                return builder.load(builder.bitcast(builder.gep(pointer, [const(offset)]), vector.as_pointer()), align=4)
 
-            panel = builder.gep(panel_data.data, [builder.add(builder.mul(builder.mul(p_arg, depth), const(PANEL)),
-                                                              q_arg)])
+            # where vector v's columns start: in their stripe, whose rows are ``stripe`` floats apart
+            panel = builder.gep(panel_data.data, [builder.mul(builder.mul(p_arg, panel_depth), const(PANEL))])
+            starts = []
+            for v in range(vectors):
+                column = builder.add(q_arg, const(v * lanes))
+                stripe_start = builder.mul(builder.udiv(column, stripe), builder.mul(panel_depth, stripe))
+                starts.append(builder.gep(panel, [builder.add(stripe_start, builder.urem(column, stripe))]))
             panel_bias = builder.gep(bias_data.data, [builder.add(builder.mul(p_arg, const(PANEL)), q_arg)])
             # accumulators live in stack slots that LLVM promotes to registers
             accumulators = [[cgutils.alloca_once(builder, vector) for _ in range(vectors)] for _ in range(rows)]
@@ -130,8 +140,9 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
             splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
             undefined = ir.Constant(operand, ir.Undefined)
             with cgutils.for_range(builder, depth) as loop:
-                weight_row = builder.gep(panel, [builder.mul(loop.index, const(PANEL))])
-                weights = [load_vector(weight_row, v * lanes, operand) for v in range(vectors)]
+                row_offset = builder.mul(loop.index, stripe)
+                weights = [builder.load(builder.bitcast(builder.gep(starts[v], [row_offset]), operand.as_pointer()),
+                                        align=4) for v in range(vectors)]
                 for r in range(rows):
                     scalar = builder.load(builder.gep(x_rows[r], [loop.index]))
                     broadcast = builder.shuffle_vector(builder.insert_element(undefined, scalar, ir.Constant(i32, 0)),
@@ -154,32 +165,16 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
 
 _tile1, _tile2, _tile3, _tile4, _tile5 = (_tile(rows, TILE_COLUMNS[rows]) for rows in range(1, 6))
 _COLUMNS1, _COLUMNS2, _COLUMNS3, _COLUMNS4, _COLUMNS5 = TILE_COLUMNS[1:]
-_NARROW = TILE_COLUMNS[TILE_ROWS] < PANEL
-# as 16-float vectors: on a Zen 3 core LLVM scheduled these spilling tiles better so (2 rows x
-# (256, 1024): 35 against 49 us in 8-float vectors)
-_whole2, _whole3, _whole4, _whole5 = ((_tile(rows, PANEL, 16) for rows in range(2, 6)) if _NARROW
-                                      else (_tile2, _tile3, _tile4, _tile5))
 
 
 @numba.njit(cache=True, nogil=True)
 def panel_into(x, panels, p, bias, out, c0):
-    """Every row of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``: at most 5 rows as one tile
-    across the panel, more in tiles of 4 rows (the panel stays in the second-level cache between
-    them) and one of the rest, each tile across the panel in its ``TILE_COLUMNS``. A lone row left
-    over joins the last tile: a one-row tile's 4 accumulator chains leave the FMA pipes half idle, so
-    5 rows took 1.2x as long as 4 + 1 (the draft head's pass over a row's last token and 4 drafted
-    ones)."""
+    """Every row of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``: in tiles of 4 rows (the panel
+    stays in the second-level cache between them) and one of the rest, each tile across the panel in
+    its ``TILE_COLUMNS``. A lone row left over joins the last tile: a one-row tile's 4 accumulator
+    chains leave the FMA pipes half idle, so 5 rows took 1.2x as long as 4 + 1 (the draft head's
+    pass over a row's last token and 4 drafted ones)."""
     rows = x.shape[0]
-    if 1 < rows <= TILE_ROWS + 1:  # one tile, streaming the whole panel
-        if rows == 2:
-            _whole2(x, 0, panels, p, 0, bias, out, 0, c0)
-        elif rows == 3:
-            _whole3(x, 0, panels, p, 0, bias, out, 0, c0)
-        elif rows == 4:
-            _whole4(x, 0, panels, p, 0, bias, out, 0, c0)
-        else:
-            _whole5(x, 0, panels, p, 0, bias, out, 0, c0)
-        return
     r = 0
     while r + TILE_ROWS <= rows and rows - r != TILE_ROWS + 1:
         for q in range(0, PANEL, _COLUMNS4):
@@ -281,23 +276,25 @@ def follow_torch_threads():
         torch.set_num_threads(threads)
 
 
-def pack(weight: np.ndarray) -> np.ndarray:
-    """An ``(in, out)`` float32 weight as ``[panels, in, 64]`` (the last panel zero-padded)."""
+def pack(weight: np.ndarray, stripe: int = STRIPE) -> np.ndarray:
+    """An ``(in, out)`` float32 weight as ``[panels, 64 / stripe, in, stripe]``: panels of 64 output
+    columns (the last one zero-padded), each in stripes of ``stripe`` columns."""
     depth, columns = weight.shape
     count = -(-columns // PANEL)
     padded = np.zeros((depth, count * PANEL), dtype=np.float32)
     padded[:, :columns] = weight
-    return np.ascontiguousarray(padded.reshape(depth, count, PANEL).transpose(1, 0, 2))
+    return np.ascontiguousarray(padded.reshape(depth, count, PANEL // stripe, stripe).transpose(1, 2, 0, 3))
 
 
 def pack_bfloat16(weight: np.ndarray) -> np.ndarray:
-    """An ``(in, out)`` float32 weight rounded to bfloat16 as int32 ``[panels, ceil(in / 2), 64]``:
-    each holds rows ``2i`` and ``2i + 1`` of a column in its low and high half (zero-padded)."""
+    """An ``(in, out)`` float32 weight rounded to bfloat16 as int32 ``[panels, 1, ceil(in / 2), 64]``
+    (one stripe: only AVX-512 has the product): each holds rows ``2i`` and ``2i + 1`` of a column in
+    its low and high half (zero-padded)."""
     depth, columns = weight.shape
     padded = np.zeros((-(-columns // PANEL) * PANEL, depth), dtype=np.float32)
     padded[:columns] = weight.T
     pairs = bfloat16_pairs(padded).T  # [ceil(in / 2), padded out]: a column's pairs as a row's
-    return np.ascontiguousarray(pairs.reshape(pairs.shape[0], -1, PANEL).transpose(1, 0, 2))
+    return np.ascontiguousarray(pairs.reshape(pairs.shape[0], -1, 1, PANEL).transpose(1, 2, 0, 3))
 
 
 def pack_bias(bias, columns: int) -> np.ndarray:
