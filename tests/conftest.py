@@ -1,4 +1,5 @@
 import importlib.util
+import os
 import random
 import subprocess
 import sys
@@ -13,6 +14,18 @@ USER_DIR = str(REPO / "pardec_fairseq")
 
 
 SLOW_FIXTURES = {"toy_experiment"}  # a model trained through fairseq-train in a subprocess
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (``scripts/test.sh`` runs a worker per core) each worker and the commands it
+    runs compute on one thread: OpenMP threads that outnumber the cores spin against each other (on 2
+    cores with 2 threads per worker the soak tests took 4-10x as long, and the suite longer than
+    without workers)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(items):
