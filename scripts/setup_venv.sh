@@ -33,7 +33,8 @@ if [ "$torch_spec" = "torch==2.13.0" ] && "$venv/bin/python" -c 'import torch, s
 fi
 pip "$torch_spec" numpy==2.4.6 hydra-core==1.3.8 omegaconf==2.3.1 sacrebleu==2.6.0 bitarray regex tqdm \
   scikit-learn cython cffi packaging subword-nmt==0.3.8 sacremoses==0.2.0 matplotlib==3.11.2 \
-  gleu==1.1.0 pytest==9.2.0 pytest-xdist==3.8.0 hypothesis==6.170.15 ctranslate2==4.8.5 pydivsufsort==0.0.20 numba==0.68.1
+  gleu==1.1.0 pytest==9.2.0 pytest-xdist==3.8.0 hypothesis==6.170.15 ctranslate2==4.8.5 pydivsufsort==0.0.20 \
+  numba==0.68.1
 # fairseq 0.12.3 built for Python 3.11; its declared dependencies would replace torch, so none
 pip --no-deps ve-fairseq==0.12.3
 pip --no-deps -e "$root"

@@ -119,7 +119,8 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
                 return ir.Constant(i64, value)
 
             def load_vector(pointer, offset):
-                return builder.load(builder.bitcast(builder.gep(pointer, [const(offset)]), vector.as_pointer()), align=4)
+                address = builder.gep(pointer, [const(offset)])
+                return builder.load(builder.bitcast(address, vector.as_pointer()), align=4)
 
             # where vector v's columns start: in their stripe, whose rows are ``stripe`` floats apart
             panel = builder.gep(panel_data.data, [builder.mul(builder.mul(p_arg, panel_depth), const(PANEL))])
