@@ -32,9 +32,9 @@ def pytest_configure(config):
 
 def _compile_the_decoders():
     """Decode a tiny batch with the drafters that need no trained model, so that numba compiles the
-    fast path, the vector kernel, the acceptance and the tree pass into its cache once (45 s from a
-    clean clone on a Zen 3 core, 2 s when cached) instead of in each worker and in each command they
-    start before the cache is written."""
+    fast path, the vector kernel, the acceptance and the tree pass into its cache once (about 45 s
+    from a clean clone on a Zen 3 core, 1 s when cached) instead of in each worker and in each command
+    they start before the cache is written."""
     import argparse
 
     from tiny import build_transformer, make_batch, make_dictionary
