@@ -118,9 +118,9 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
             def const(value):
                 return ir.Constant(i64, value)
 
-            def load_vector(pointer, offset):
-                address = builder.gep(pointer, [const(offset)])
-                return builder.load(builder.bitcast(address, vector.as_pointer()), align=4)
+            def load_vector(pointer, offset, kind=vector):
+                address = builder.gep(pointer, [offset])
+                return builder.load(builder.bitcast(address, kind.as_pointer()), align=4)
 
             # where vector v's columns start: in their stripe, whose rows are ``stripe`` floats apart
             panel = builder.gep(panel_data.data, [builder.mul(builder.mul(p_arg, panel_depth), const(PANEL))])
@@ -133,7 +133,7 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
             # accumulators live in stack slots that LLVM promotes to registers
             accumulators = [[cgutils.alloca_once(builder, vector) for _ in range(vectors)] for _ in range(rows)]
             for v in range(vectors):
-                start = load_vector(panel_bias, v * lanes)
+                start = load_vector(panel_bias, const(v * lanes))
                 for r in range(rows):
                     builder.store(start, accumulators[r][v])
             x_rows = [builder.gep(x_data.data, [builder.mul(builder.add(r0_arg, const(r)), depth)])
@@ -142,8 +142,7 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
             undefined = ir.Constant(operand, ir.Undefined)
             with cgutils.for_range(builder, depth) as loop:
                 row_offset = builder.mul(loop.index, stripe)
-                weights = [builder.load(builder.bitcast(builder.gep(starts[v], [row_offset]), operand.as_pointer()),
-                                        align=4) for v in range(vectors)]
+                weights = [load_vector(starts[v], row_offset, operand) for v in range(vectors)]
                 for r in range(rows):
                     scalar = builder.load(builder.gep(x_rows[r], [loop.index]))
                     broadcast = builder.shuffle_vector(builder.insert_element(undefined, scalar, ir.Constant(i32, 0)),
