@@ -2,6 +2,7 @@
 # Train the autoregressive Transformer (the verifier of the plugin's algorithms) with fairseq-train.
 #   scripts/train_transformer.sh DATA_BIN SAVE_DIR -s SRC -t TGT [--preset cpu|base|big] [--minutes M]
 #                                [--max-tokens N] [--nproc N] [--init-from CKPT] [--warmup-updates N]
+#                                [--dropout P]
 #                                [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
 # --preset cpu   3+3 layers, d_model 256, FFN 1024, 4 heads, pre-norm, lr 1.5e-3, 300 warm-up
 #                updates (default; sized to learn fast on a 2-core CPU)
@@ -16,11 +17,13 @@
 #                optimizer, schedule and meters); --minutes then counts this run only, where
 #                fairseq's --stop-time-hours would count C's training time too
 # --warmup-updates N  the learning rate's warm-up instead of the preset's (short runs learn sooner)
+# --dropout P    dropout instead of the preset's (0.1; big: 0.3); a run of minutes sees less than an
+#                epoch, where dropout only slows learning
 # A finished training in SAVE_DIR (marked by SAVE_DIR/.trained) is reused; the log is SAVE_DIR/train.log.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,19p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,22p "$0" >&2; exit 2; }
 data=$1 save=$2; shift 2
-src="" tgt="" preset=cpu minutes="" max_tokens=4096 nproc=1 init_from="" warmup="" extra=()
+src="" tgt="" preset=cpu minutes="" max_tokens=4096 nproc=1 init_from="" warmup="" dropout_option="" extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -s) src=$2; shift 2 ;;
@@ -31,6 +34,7 @@ while [ $# -gt 0 ]; do
     --nproc) nproc=$2; shift 2 ;;
     --init-from) init_from=$2; shift 2 ;;
     --warmup-updates) warmup=$2; shift 2 ;;
+    --dropout) dropout_option=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "train_transformer.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -50,6 +54,7 @@ case "$preset" in
   *) echo "train_transformer.sh: --preset must be cpu, base or big" >&2; exit 2 ;;
 esac
 [ -z "$warmup" ] || model+=(--warmup-updates "$warmup")
+[ -z "$dropout_option" ] || dropout=$dropout_option
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$save"
 if [ -f "$save/.trained" ]; then

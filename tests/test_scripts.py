@@ -42,10 +42,11 @@ def test_train_transformer_from_a_checkpoint_counts_only_its_own_minutes(toy_exp
     save = tmp_path / "fine_tuned"
     run_script("train_transformer.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt", "--preset", "base",
                "--minutes", 1, "--init-from", tmp_path / "hour.pt", "--warmup-updates", 7,
-               "--", *TINY_TRANSFORMER[2:], "--max-update", 25)
+               "--dropout", 0.05, "--", *TINY_TRANSFORMER[2:], "--max-update", 25)
     log = (save / "train.log").read_text()
     assert f"Loaded checkpoint {tmp_path / 'hour.pt'}" in log
     assert "'warmup_updates': 7" in log  # instead of the preset's
+    assert "'dropout': 0.05" in log  # instead of the preset's 0.1
     assert "num_updates 25" in log  # stopped by --max-update, not by the hour it started with
     assert (save / ".trained").exists()
 
