@@ -66,6 +66,14 @@ def test_training_reports_its_progress_while_it_runs(tmp_path):
     assert len(during) <= 3  # none after the process ended
 
 
+def test_demo_refuses_an_unknown_option_before_it_sets_anything_up():
+    result = subprocess.run(["bash", str(REPO / "scripts" / "demo.sh"), "--translate"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == "demo.sh: unknown option --translate (--cuda, --translation)\n"
+    assert result.stdout == ""  # neither the environment nor the data were touched
+
+
 def test_train_distributed_with_two_local_processes(toy_experiment, tmp_path):
     save_dir = tmp_path / "checkpoints"
     output = run_script("train_distributed.sh", "--nproc", 2, "--backend", "gloo",
