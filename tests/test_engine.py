@@ -301,6 +301,36 @@ def test_input_copy_cuts_drafts_to_the_pass_token_budget():
         InputCopyDrafter(dictionary, dictionary, pass_tokens=-1)
 
 
+def test_adaptive_input_copy_drafts_twice_what_the_last_pass_kept():
+    dictionary = make_dictionary(20)
+    eos = dictionary.eos()
+    source = torch.tensor([[4, 5, 6, 7, 8, 9, 10, 11, 12, 13, eos]] * 3)
+    drafter = InputCopyDrafter(dictionary, dictionary, draft_length="adaptive")
+    drafter.begin({"src_tokens": source}, max_len=30)
+    assert drafter.propose(state_with_output([[], [], []])).lengths.tolist() == [11, 11, 11]  # the whole source
+    # row 0 kept its first drafted token, row 1 none, row 2 three: 2 x (accepted + the verifier's token)
+    drafter.update(None, SimpleNamespace(accepted=torch.tensor([1, 0, 3])), None)
+    outputs = [[4, 5], [14], [4, 5, 6, 7]]  # row 1's "14" is in no source: no draft
+    proposal = drafter.propose(state_with_output(outputs))
+    assert proposal.lengths.tolist() == [4, 0, 7]  # row 2's 8 are cut by the source's end
+    assert proposal.tokens[0, :4].tolist() == [6, 7, 8, 9]
+    drafter.keep_rows(torch.tensor([0]))  # rows 1 and 2 ended
+    drafter.update(None, SimpleNamespace(accepted=torch.tensor([4])), None)  # the whole draft kept: it doubles
+    assert drafter.propose(state_with_output([[4, 5, 6, 7, 8, 9, 10]])).lengths.tolist() == [4]  # source's end
+    drafter.update(None, SimpleNamespace(accepted=torch.tensor([0])), None)
+    assert drafter.propose(state_with_output([[4, 5, 6, 7]])).lengths.tolist() == [2]
+    lengths = {}
+    for draft_length in ("source", "auto"):  # the default, "auto": adaptive on a CPU
+        drafter = InputCopyDrafter(dictionary, dictionary, draft_length=draft_length)
+        drafter.begin({"src_tokens": source[:1]}, max_len=30)
+        drafter.update(None, SimpleNamespace(accepted=torch.tensor([0])), None)
+        lengths[draft_length] = drafter.propose(state_with_output([[4]])).lengths.tolist()
+    assert lengths == {"source": [10], "auto": [2]}
+    assert InputCopyDrafter(dictionary, dictionary).draft_length == "auto"
+    with pytest.raises(ValueError, match="--iad-draft-length must be one of auto, source, adaptive"):
+        InputCopyDrafter(dictionary, dictionary, draft_length="short")
+
+
 def test_input_copy_maps_separate_dictionaries_by_symbol():
     source_dict, target_dict = make_dictionary(20), make_dictionary(20)
     target_dict.add_symbol("extra")

@@ -69,6 +69,7 @@ decoding_configs = st.builds(
     DecodingConfig,
     iad_min_ngram=st.integers(1, 2), iad_max_ngram=st.integers(2, 4),
     iad_pass_tokens=st.integers(0, 40), iad_reentry=st.sampled_from(["unique", "nearest", "expected"]),
+    iad_draft_length=st.sampled_from(["auto", "source", "adaptive"]),
     jacobi_block_size=st.integers(1, 6), jacobi_parallel_length=st.one_of(st.none(), st.integers(0, 12)),
     lookahead_window=st.integers(1, 5), lookahead_ngram=st.integers(2, 4), lookahead_guesses=st.integers(0, 5),
     lookahead_pool=st.integers(0, 6),
@@ -119,6 +120,17 @@ def test_batch_output_equals_single_sentence_output(algorithm):
         sentence = batch[sentence_id]  # the collater sorts the batch by source length
         alone, _ = plugin(algorithm, [model], dictionary, make_batch(dictionary, [sentence]), max_len_b=25)
         assert hypos[0]["tokens"].tolist() == alone[0][0]["tokens"].tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_adaptive_input_copy_drafts_equal_beam_one_in_padded_batches(seed):
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=seed, eos_bias=1.0)
+    batch = make_batch(dictionary, [[4, 5, 6, 7, 8, 9, 10, 11], [7], [5, 5, 5, 5, 6], [6, 7, 6, 7, 6, 7, 8, 9, 4]])
+    decoding = DecodingConfig(iad_draft_length="adaptive")
+    actual, stats = plugin("iad", [model], dictionary, batch, decoding, max_len_b=30)
+    assert_same_hypotheses(fairseq_beam_one([model], dictionary, batch, max_len_b=30), actual)
+    assert stats.sentences == 4
 
 
 @pytest.mark.parametrize("algorithm", LOSSLESS)

@@ -29,7 +29,7 @@ def greedy(cfg, src_dict, tgt_dict, models):
 @register_algorithm("iad")
 def input_guided_aggressive_decoding(cfg, src_dict, tgt_dict, models):
     return InputCopyDrafter(src_dict, tgt_dict, cfg.iad_min_ngram, cfg.iad_max_ngram, cfg.iad_pass_tokens,
-                           cfg.iad_reentry)
+                           cfg.iad_reentry, cfg.iad_draft_length)
 
 
 def jacobi_block_size(cfg, models):

@@ -9,6 +9,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 ACCEPTANCE_CHOICES = ChoiceEnum(["exact", "top-k", "top-beta", "distance"])
 IAD_REENTRY_CHOICES = ChoiceEnum(["unique", "nearest", "expected"])
+IAD_DRAFT_LENGTH_CHOICES = ChoiceEnum(["auto", "source", "adaptive"])
 VERIFIER_CHOICES = ChoiceEnum(["fast", "fairseq"])
 REFINE_CHOICES = ChoiceEnum(["none", "ngram", "neural"])
 DRAFT_PRECISION_CHOICES = ChoiceEnum(["auto", "float32", "bfloat16"])
@@ -63,6 +64,15 @@ class DecodingConfig(FairseqDataclass):
                   "are cut to fit (lossless); 0: no budget. On a CPU a pass costs in proportion to its "
                   "tokens, and a batch's rows are as wide as its longest draft; on a GPU, where a pass "
                   "costs about the same at any width, 0 is faster"},
+    )
+    iad_draft_length: IAD_DRAFT_LENGTH_CHOICES = field(
+        default="auto",
+        metadata={"help": "iad: how long a draft is. 'source': the rest of the source (Ge et al.); 'adaptive': "
+                  "the whole source at first, then at most twice the tokens the row's last pass kept, so "
+                  "a model that keeps rejecting the copy drafts a few tokens and one that keeps it doubles "
+                  "them: on a CPU each drafted position costs; on a GPU, where a pass costs about the same "
+                  "at any width, 'source' saves passes. 'auto': 'adaptive' on a CPU, 'source' elsewhere. "
+                  "Lossless in every case"},
     )
     drafter_path: Optional[str] = field(
         default=None,

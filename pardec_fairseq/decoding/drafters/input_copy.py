@@ -12,7 +12,12 @@ position when the suffix does not occur (right after a substitution). Drafts onl
 
 A pass runs every row as wide as the batch's longest draft, so at batch sizes above 1 most of its
 tokens can be padding; ``pass_tokens`` bounds rows x (draft + 1), cutting every row's draft to the
-same length (0: no budget). The output does not change: a cut draft continues in the next pass.
+same length (0: no budget). With ``draft_length="adaptive"`` a row's draft after the first is at
+most twice as long as what its last pass kept: where each drafted position costs (a CPU), a model
+that keeps rejecting the copy then pays for short drafts, and one that keeps it doubles them; where
+a pass costs about the same at any width (a GPU), the whole rest of the source costs nothing more
+and saves passes. ``"auto"`` takes the first on a CPU and the second elsewhere. The output does not
+change: a cut draft continues in the next pass.
 """
 import numba
 import numpy as np
@@ -24,21 +29,29 @@ from pardec_fairseq.decoding.proposals import Proposal
 
 class InputCopyDrafter(Drafter):
     REENTRY = ("unique", "nearest", "expected")
+    DRAFT_LENGTHS = ("auto", "source", "adaptive")
 
-    def __init__(self, src_dict, tgt_dict, min_ngram=1, max_ngram=3, pass_tokens=0, reentry="unique"):
+    def __init__(self, src_dict, tgt_dict, min_ngram=1, max_ngram=3, pass_tokens=0, reentry="unique",
+                 draft_length="auto"):
         if reentry not in self.REENTRY:
             raise ValueError(f"--iad-reentry must be one of {', '.join(self.REENTRY)} (got {reentry!r})")
+        if draft_length not in self.DRAFT_LENGTHS:
+            raise ValueError(f"--iad-draft-length must be one of {', '.join(self.DRAFT_LENGTHS)} "
+                             f"(got {draft_length!r})")
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"iad needs 1 <= --iad-min-ngram <= --iad-max-ngram (got {min_ngram}, {max_ngram})")
         if pass_tokens < 0:
             raise ValueError(f"--iad-pass-tokens must be 0 (no budget) or a positive number of tokens "
                              f"(got {pass_tokens})")
         self.min_ngram, self.max_ngram, self.pass_tokens, self.reentry = min_ngram, max_ngram, pass_tokens, reentry
+        self.draft_length = draft_length
         self.pad = tgt_dict.pad()
         self.to_target = source_to_target(src_dict, tgt_dict)
 
     def begin(self, net_input, max_len, encoded=None):
         src_tokens = net_input["src_tokens"]
+        self.adaptive = self.draft_length == "adaptive" or (self.draft_length == "auto" and
+                                                            src_tokens.device.type == "cpu")
         self.source = self.to_target.to(src_tokens.device)[src_tokens]
         # index of each row's first source token (sources may be left-padded)
         self.source_start = self.source.ne(self.pad).long().argmax(1)
@@ -46,6 +59,8 @@ class InputCopyDrafter(Drafter):
         self.expected = self.source_start.clone()
         self.draft_start = self.expected
         self.source_cpu, self.source_start_cpu = self.source.cpu().numpy(), self.source_start.cpu().numpy()
+        # each row's longest next draft: at first the whole source
+        self.draft_limit = torch.full_like(self.source_start, self.source.size(1))
 
     def propose(self, state) -> Proposal:
         lengths = state.lengths
@@ -56,7 +71,7 @@ class InputCopyDrafter(Drafter):
                                      self.max_ngram, self.REENTRY.index(self.reentry))
         start, found = torch.from_numpy(starts).to(lengths.device), torch.from_numpy(found).to(lengths.device)
         self.draft_start = torch.where(found, start, self.expected)
-        draft_lengths = width - start
+        draft_lengths = torch.minimum(width - start, self.draft_limit)
         if self.pass_tokens:
             draft_lengths = draft_lengths.clamp(max=max(0, self.pass_tokens // lengths.size(0) - 1))
         index = start.unsqueeze(1) + torch.arange(int(draft_lengths.max()), device=lengths.device)
@@ -65,10 +80,13 @@ class InputCopyDrafter(Drafter):
 
     def update(self, scores, verdict, state):
         self.expected = self.draft_start + verdict.accepted + 1
+        if self.adaptive:  # twice the tokens the pass kept: its accepted drafts and the verifier's own
+            self.draft_limit = 2 * (verdict.accepted + 1)
 
     def keep_rows(self, rows):
         self.source, self.source_start = self.source[rows], self.source_start[rows]
         self.expected, self.draft_start = self.expected[rows], self.draft_start[rows]
+        self.draft_limit = self.draft_limit[rows]
         self.source_cpu, self.source_start_cpu = self.source.cpu().numpy(), self.source_start.cpu().numpy()
 
 
