@@ -25,5 +25,6 @@ while [ $# -gt 0 ]; do
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
-train_options=(--preset "$preset" --minutes "$minutes" --max-tokens "$max_tokens" --nproc "$nproc" "${warmup[@]}" "${dropout[@]}")
+train_options=(--preset "$preset" --minutes "$minutes" --max-tokens "$max_tokens" --nproc "$nproc"
+  "${warmup[@]}" "${dropout[@]}")
 bench_options+=(--algorithms "${algorithms[@]}" --batch-size "$batch_size" --name "bench_b$batch_size")
