@@ -52,8 +52,8 @@ def _compile_the_decoders():
 
 def pytest_collection_modifyitems(items):
     """Tests that train a model or run commands in subprocesses are ``slow`` (as are those marked so
-    themselves): ``pytest -m "not slow"`` checks the engine, the drafters and the verifier in under a
-    minute; ``scripts/test.sh`` runs everything. The slow ones run first, so that the workers do not
+    themselves): ``pytest -m "not slow"`` checks the engine, the drafters and the verifier in one to
+    two minutes; ``scripts/test.sh`` runs everything. The slow ones run first, so that the workers do not
     end on a long test alone."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
