@@ -19,7 +19,6 @@ from fairseq.sequence_generator import SequenceGenerator
 from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.cli import analyze_heads
 from pardec_fairseq.decoding import build_generator, vector_kernels
-from pardec_fairseq.decoding.drafters import bfloat16_products
 from pardec_fairseq.criterions.blockwise_cross_entropy import (BlockwiseCrossEntropyCriterion,
                                                                parse_head_weights, shifted_targets)
 from pardec_fairseq.models.blockwise_transformer import BlockwiseTransformerModel, blockwise_architecture
@@ -259,21 +258,11 @@ def test_bpd_equals_fairseq_greedy_of_head_one(seed, block_heads, zero_heads, id
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16", "auto"])
 def test_draft_precision_sets_the_kind_of_the_heads_products(precision):
-    supported = vector_kernels.has_bfloat16_product()
-    if precision == "bfloat16" and not supported:
-        pytest.skip("the CPU has no AVX-512 bfloat16 dot product")
     dictionary = make_dictionary(20)
     model = model_for("bpd", dictionary, block_heads=3, seed=2)
     generator = build_generator("bpd", [model], dictionary, argparse.Namespace(**GENERATION_DEFAULTS),
                                 SimpleNamespace(draft_precision=precision))
     drafter = generator.decoder.drafter
-    in_bfloat16 = precision == "bfloat16" or (precision == "auto" and supported)
+    bfloat16 = np.int32 if vector_kernels.has_bfloat16_dot() else np.uint16
     assert {product.panels.dtype for product in (drafter.fc1, drafter.fc2, drafter.output)} == \
-        {np.dtype(np.int32 if in_bfloat16 else np.float32)}
-
-
-def test_draft_precision_bfloat16_is_refused_on_a_cpu_without_it(monkeypatch):
-    monkeypatch.setattr(vector_kernels, "has_bfloat16_product", lambda: False)
-    with pytest.raises(ValueError, match="--draft-precision bfloat16 needs a CPU with AVX-512's bfloat16"):
-        bfloat16_products("bfloat16")
-    assert not bfloat16_products("auto") and not bfloat16_products("float32")
+        {np.dtype(np.float32 if precision == "float32" else bfloat16)}

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter, likeliest_nodes
-from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator, vector_kernels
+from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator
 from pardec_fairseq.decoding.engine import DecodingState
 from pardec_fairseq.decoding.observers import LoopObserver
 from pardec_fairseq.models.draft_head import DraftHead, DraftHeadModel, draft_head_architecture
@@ -57,7 +57,6 @@ def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size,
                                  decoder_normalize_before=pre_norm, encoder_normalize_before=pre_norm)
     collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
     expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
-    bfloat16 = bfloat16 and vector_kernels.has_bfloat16_product()
     branches, least_probability, nodes = tree if block_size == 1 else (1, 0.0, 0)
     verifier_path = "fast" if branches > 1 else verifier_path
     drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval(), draft_vocab=draft_vocab,
@@ -119,8 +118,6 @@ def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations
                                                                                    block_size, tree):
     """``tree``: a one-slot head's branches, least path probability and nodes verified (trees and chains
     of per-row lengths)."""
-    if bfloat16 and not vector_kernels.has_bfloat16_product():
-        pytest.skip("the CPU has no AVX-512 bfloat16 dot product")
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=2).eval()
     model = build_head(verifier, block_size=block_size, layers=layers, seed=4).eval()

@@ -96,8 +96,8 @@ def test_large_products_share_their_panels_among_threads_to_the_same_numbers(row
     np.testing.assert_allclose(alone, x @ weight, rtol=1e-4, atol=1e-4 * depth ** 0.5)
 
 
-needs_bfloat16 = pytest.mark.skipif(not vector_kernels.has_bfloat16_product(),
-                                    reason="the CPU has no AVX-512 bfloat16 dot product")
+needs_bfloat16_dot = pytest.mark.skipif(not vector_kernels.has_bfloat16_dot(),
+                                        reason="the CPU has no AVX-512 bfloat16 dot product")
 
 
 def as_bfloat16(a: np.ndarray) -> np.ndarray:
@@ -116,15 +116,39 @@ def test_bfloat16_rounds_to_nearest_ties_to_even():
     assert pairs.tolist() == [[0x3F80 | 0xC000 << 16, 0x3F00]]
 
 
-@needs_bfloat16
+bfloat16_operands = dict(rows=st.integers(1, 13), depth=st.integers(1, 300),
+                         columns=st.sampled_from([1, 17, 64, 65, 200, 1024]), with_bias=st.booleans(),
+                         seed=st.integers(0, 10_000))
+
+
+@needs_bfloat16_dot
 @settings(max_examples=60, deadline=None)
-@given(rows=st.integers(1, 13), depth=st.integers(1, 300), columns=st.sampled_from([1, 17, 64, 65, 200, 1024]),
-       with_bias=st.booleans(), seed=st.integers(0, 10_000))
-def test_bfloat16_products_are_those_of_the_rounded_operands(rows, depth, columns, with_bias, seed):
+@given(**bfloat16_operands)
+def test_bfloat16_pair_products_are_those_of_the_rounded_operands(rows, depth, columns, with_bias, seed):
     x, weight, bias = random_operands(seed, rows, depth, columns, with_bias)
-    panels = vector_kernels.pack_bfloat16(weight)
+    panels = vector_kernels.pack_bfloat16_pairs(weight)
     assert panels.dtype == np.int32 and panels.shape == (-(-columns // 64), 1, (depth + 1) // 2, 64)
     out = vector_kernels.product(x, panels, vector_kernels.pack_bias(bias, columns), columns)
     expected = as_bfloat16(x) @ as_bfloat16(weight) + (0 if bias is None else bias)
     assert out.shape == (rows, columns)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * depth ** 0.5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(**bfloat16_operands)
+def test_widened_bfloat16_products_are_those_of_the_rounded_weight(rows, depth, columns, with_bias, seed):
+    """On any CPU: the rows stay float32, the weight is read as bfloat16 and widened in registers."""
+    x, weight, bias = random_operands(seed, rows, depth, columns, with_bias)
+    panels = vector_kernels.pack_bfloat16_values(weight)
+    assert panels.dtype == np.uint16 and panels.shape == vector_kernels.pack(weight).shape
+    out = vector_kernels.product(x, panels, vector_kernels.pack_bias(bias, columns), columns)
+    expected = x.astype(np.float64) @ as_bfloat16(weight) + (0 if bias is None else bias)
+    assert out.shape == (rows, columns)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * depth ** 0.5)
+
+
+@pytest.mark.parametrize("dot", [True, False])
+def test_bfloat16_packing_follows_the_cpu(monkeypatch, dot):
+    monkeypatch.setattr(vector_kernels, "has_bfloat16_dot", lambda: dot)
+    weight = np.ones((3, 5), dtype=np.float32)
+    assert vector_kernels.pack_bfloat16(weight).dtype == (np.int32 if dot else np.uint16)

@@ -139,10 +139,11 @@ class DecodingConfig(FairseqDataclass):
     draft_precision: DRAFT_PRECISION_CHOICES = field(
         default="auto",
         metadata={"help": "bpd, and gad with a draft_head: the precision of the drafter's own matrix products on a "
-                  "CPU. 'bfloat16' rounds their weights and inputs to bfloat16 and multiplies with AVX-512's "
-                  "bfloat16 dot product, accumulating in float32: faster drafting calls, slightly different "
-                  "drafts, the same output (the verifier checks every drafted token in float32); it needs a CPU "
-                  "with avx512_bf16. 'auto': bfloat16 where the CPU has it, else float32"},
+                  "CPU. 'bfloat16' rounds their weights to bfloat16 (half the bytes to read) and multiplies with "
+                  "AVX-512's bfloat16 dot product where the CPU has it (avx512_bf16; the inputs rounded too), "
+                  "else in float32 after widening each weight in a register, accumulating in float32: faster "
+                  "drafting calls, slightly different drafts, the same output (the verifier checks every drafted "
+                  "token in float32). 'auto': bfloat16 (faster on every CPU measured)"},
     )
     draft_head_steps: Optional[int] = field(
         default=None,

@@ -20,8 +20,9 @@ class Product:
     OpenBLAS and oneDNN at every row count from 1 to 160: 11 against 14 and 42 us for one row of a
     (256, 768) weight, 31 against 65 and 63 us for 8 rows), more through oneDNN with the weight packed
     once (as fast there, and it uses torch's threads). Elsewhere ``addmm``. ``bfloat16``: the kernel's
-    weight (and rows) in bfloat16 (``vector_kernels.pack_bfloat16``), for a drafter's products alone;
-    more rows than ``KERNEL_ROWS`` still go through oneDNN in float32."""
+    weight in bfloat16 (``vector_kernels.pack_bfloat16``; with AVX-512's bfloat16 dot product the rows
+    too), for a drafter's products alone; more rows than ``KERNEL_ROWS`` still go through oneDNN in
+    float32."""
 
     KERNEL_ROWS = 64
 
