@@ -5,24 +5,26 @@
 # SAVE_DIR/head_k<K>_l<L>_m<M>/, head_k<K>_l<L>_v<N>_m<M>/ with --draft-vocab N), then the benchmark of
 # greedy and ALGORITHMS with the head, into that folder (bench_b<batch size>.{md,json,png}, named by
 # the recipe's bench options). With --head-compare, the other two drafters at equal training time: for
-# the same minutes on the same outputs, GAD's block_nat drafter (initialised from the Transformer, as
-# many slots as the head) into SAVE_DIR/block_nat_k<K>_m<M>/ and frozen BPD heads on the Transformer
-# (head 1 is the Transformer itself) into SAVE_DIR/bpd_k<K>_m<M>/, each benchmarked there beside greedy
-# (gad with the drafter; bpd).
+# the same minutes on the same outputs, GAD's block_nat drafter (initialised from the Transformer,
+# --compare-block-size slots) into SAVE_DIR/block_nat_k<K>_m<M>/ and as many frozen BPD heads on the
+# Transformer (head 1 is the Transformer itself) into SAVE_DIR/bpd_k<K>_m<M>/, each benchmarked there
+# beside greedy (gad with the drafter; bpd).
 #   scripts/draft_head_recipe.sh DATA_BIN SAVE_DIR -s SRC -t TGT --references REF [--head-minutes 60]
-#       [--head-block-size 4] [--head-layers 1] [--head-draft-vocab 0] [--head-algorithms "gad"]
-#       [--head-compare] [--preset cpu] [--nproc 1] [--no-bench] [-- BENCH_OPTIONS...]
+#       [--head-block-size 1] [--head-layers 1] [--head-draft-vocab 0] [--head-algorithms "gad"]
+#       [--head-compare [--compare-block-size 4]] [--preset cpu] [--nproc 1] [--no-bench] [-- BENCH_OPTIONS...]
 # The --head-* options are the recipes' own (run.sh --draft-head passes them on as given): minutes of
-# training, tokens drafted per call, layers, words drafted among (0: all; see train_draft_head.sh
-# --draft-vocab), the algorithms benchmarked with the head and the comparison. --preset: the
+# training, tokens drafted per call (1, the default: a one-slot head drafting autoregressively, 3 steps
+# per pass, the best measured on LibreOffice; docs/results.md), layers, words drafted among (0: all; see
+# train_draft_head.sh --draft-vocab), the algorithms benchmarked with the head and the comparison.
+# --compare-block-size: the compared drafters' slots (heads), which draft in one call. --preset: the
 # Transformer's (scripts/train_transformer.sh), which the compared drafters are built like.
 # SAVE_DIR holds the Transformer (checkpoint_best.pt); BENCH_OPTIONS (the recipe's: batch size, name,
 # repetitions, ...) go to scripts/bench.py before --algorithms.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,21p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,23p "$0" >&2; exit 2; }
 data=$1 save=$2; shift 2
-src="" tgt="" references="" minutes=60 block_size=4 layers=1 draft_vocab=0 nproc=1 algorithms="gad" bench=1
-compare=0 preset=cpu
+src="" tgt="" references="" minutes=60 block_size=1 layers=1 draft_vocab=0 nproc=1 algorithms="gad" bench=1
+compare=0 compare_block_size=4 preset=cpu
 bench_options=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
     --head-draft-vocab) draft_vocab=$2; shift 2 ;;
     --head-algorithms) algorithms=$2; shift 2 ;;
     --head-compare) compare=1; shift ;;
+    --compare-block-size) compare_block_size=$2; shift 2 ;;
     --preset) preset=$2; shift 2 ;;
     --nproc) nproc=$2; shift 2 ;;
     --no-bench) bench=0; shift ;;
@@ -66,15 +69,15 @@ benchmark "$head" --path "$verifier" --drafter-path "$head/checkpoint_last.pt" -
 [ "$compare" -eq 1 ] || exit 0
 
 # the compared drafters keep their last checkpoint, as the head does (equal training time)
-block_nat="$save/block_nat_k${block_size}_m$minutes"
+block_nat="$save/block_nat_k${compare_block_size}_m$minutes"
 bash "$root/scripts/train_transformer.sh" "$self_distilled" "$block_nat" -s "$src" -t "$tgt" --preset "$preset" \
   --minutes "$minutes" --nproc "$nproc" --init-from "$verifier" -- --task translation_block_nat --arch block_nat \
-  --criterion glat_block_loss --block-size "$block_size" --context-window 0 --lr 5e-4 --warmup-updates 100 \
+  --criterion glat_block_loss --block-size "$compare_block_size" --context-window 0 --lr 5e-4 --warmup-updates 100 \
   --glat-anneal-updates 2000
 benchmark "$block_nat" --path "$verifier" --drafter-path "$block_nat/checkpoint_last.pt" --algorithms greedy gad
-bpd="$save/bpd_k${block_size}_m$minutes"
+bpd="$save/bpd_k${compare_block_size}_m$minutes"
 bash "$root/scripts/train_transformer.sh" "$self_distilled" "$bpd" -s "$src" -t "$tgt" --preset "$preset" \
-  --minutes "$minutes" --nproc "$nproc" -- --arch blockwise_transformer --block-heads "$block_size" \
+  --minutes "$minutes" --nproc "$nproc" -- --arch blockwise_transformer --block-heads "$compare_block_size" \
   --init-base-from "$verifier" --identity-first-head --freeze-base --criterion blockwise_cross_entropy \
   --label-smoothing 0.1 --warmup-updates 100
 benchmark "$bpd" --path "$bpd/checkpoint_last.pt" --algorithms greedy bpd

@@ -623,16 +623,17 @@ def test_draft_head_recipe_distills_trains_and_benchmarks_with_the_recipes_optio
 @pytest.mark.slow
 def test_draft_head_recipe_compares_the_three_drafters_at_equal_training_time(toy_experiment, tmp_path):
     """``--head-compare``: GAD's block drafter and frozen BPD heads, built like the verifier (its preset),
-    trained as long as the head on the same outputs with as many slots, each benchmarked beside greedy."""
+    trained as long as the head on the same outputs with ``--compare-block-size`` slots, each
+    benchmarked beside greedy; the head itself has one slot by default."""
     save = tmp_path / "verifier"
     run_script("train_transformer.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt", "--preset", "cpu",
                "--", "--max-update", 2)
     output = run_script("draft_head_recipe.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt",
                         "--references", toy_experiment["root"] / "test.tgt", "--head-minutes", 0.05,
-                        "--head-block-size", 2, "--head-compare", "--preset", "cpu",
+                        "--head-compare", "--compare-block-size", 2, "--preset", "cpu",
                         "--", "--max-sentences", 6, "--batch-size", 3, "--repetitions", 1, "--detok", "space",
                         "--name", "bench")
-    for folder, algorithm in (("head_k2_l1_m0.05", "gad"), ("block_nat_k2_m0.05", "gad"), ("bpd_k2_m0.05", "bpd")):
+    for folder, algorithm in (("head_k1_l1_m0.05", "gad"), ("block_nat_k2_m0.05", "gad"), ("bpd_k2_m0.05", "bpd")):
         assert (save / folder / ".trained").exists(), output
         report = json.loads((save / folder / "bench.json").read_text())
         rows = {row["algorithm"]: row for row in report["results"]}

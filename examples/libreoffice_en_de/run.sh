@@ -11,8 +11,8 @@
 #       [--bench-sentences N] [--batch-size B] [--repetitions R] [--algorithms "greedy jacobi gs-jacobi hybrid-jacobi"] [--no-bench]
 #       [--gad [--distill-beam 5] [--verifier-minutes 20] [--drafter-minutes 30] [--block-size 10]
 #        [--context-window 0] [--soft-copy] [--gad-algorithms "gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"]]
-#       [--draft-head [--head-minutes 60] [--head-block-size 4] [--head-layers 1] [--head-draft-vocab 4096]
-#        [--head-compare]]
+#       [--draft-head [--head-minutes 60] [--head-block-size 1] [--head-layers 1] [--head-draft-vocab 4096]
+#        [--head-compare [--compare-block-size 4]]]
 # Training options are those of scripts/train_transformer.sh (default: cpu preset, 60 minutes).
 # Outputs go to runs/libreoffice_en_de/<NAME, default the preset>/: checkpoints, train.log and
 # bench_b<batch size>.{md,json,png}; with --gad also distilled_beam<B>/ (the distilled data),
@@ -36,7 +36,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --gad) gad=1; shift ;;
     --draft-head) draft_head=1; shift ;;
-    --head-minutes | --head-block-size | --head-layers | --head-draft-vocab) head_options+=("$1" "$2"); shift 2 ;;
+    --head-minutes | --head-block-size | --head-layers | --head-draft-vocab | --compare-block-size)
+      head_options+=("$1" "$2"); shift 2 ;;
     --head-compare) head_options+=("$1"); shift ;;
     --distill-beam) distill_beam=$2; shift 2 ;;
     --verifier-minutes) verifier_minutes=$2; shift 2 ;;
