@@ -22,12 +22,23 @@ from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter, likeli
 from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator
 from pardec_fairseq.decoding.engine import DecodingState
 from pardec_fairseq.decoding.observers import LoopObserver
-from pardec_fairseq.models.draft_head import DraftHeadModel, draft_head_architecture
+from pardec_fairseq.models.draft_head import DraftHead, DraftHeadModel, draft_head_architecture
 from test_lossless_matches_fairseq import (GENERATION_DEFAULTS, assert_same_hypotheses, fairseq_beam_one, plugin,
                                           sentences)
 from test_block_nat import hypotheses
 from test_scripts import free_port, run_script
-from tiny import build_head, build_transformer, make_batch, make_dictionary, torch_on_threads
+from tiny import build_transformer, make_batch, make_dictionary, torch_on_threads
+
+
+def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_dropout=0.0):
+    args = argparse.Namespace(head_layers=layers, head_attention_heads=2, head_ffn_dim=24, dropout=dropout,
+                              head_attention_dropout=attention_dropout)
+    draft_head_architecture(args)
+    torch.manual_seed(seed)
+    decoder = verifier.decoder
+    head = DraftHead(args, block_size, decoder.embed_tokens.embedding_dim, decoder.output_embed_dim,
+                     verifier.encoder.embed_tokens.embedding_dim)
+    return DraftHeadModel(head, verifier.requires_grad_(False))
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

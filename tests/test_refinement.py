@@ -24,11 +24,12 @@ from pardec_fairseq.decoding.drafters.refinement import Lattice, LatticeRescorin
 from pardec_fairseq.tasks.target_language_modeling import SentencesAfterEos
 from conftest import REPO, USER_DIR, run_fairseq
 from test_blockwise import BLOCKWISE, hypotheses
+from test_draft_head import build_head
 from test_lossless_matches_fairseq import (GENERATION_DEFAULTS, assert_same_hypotheses, fairseq_beam_one, model_for,
                                            plugin, sentences)
 from test_retrieval import EOS, State, corpus, write_split
 from test_scripts import run_script
-from tiny import build_head, build_transformer, make_batch, make_dictionary
+from tiny import build_transformer, make_batch, make_dictionary
 
 
 def tiny_lm(dictionary, seed=0, max_positions=64):

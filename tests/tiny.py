@@ -9,7 +9,6 @@ from fairseq.data import Dictionary, LanguagePairDataset
 from fairseq.models.transformer import TransformerModel, base_architecture
 
 from pardec_fairseq.models.blockwise_transformer import BlockwiseTransformerModel, blockwise_architecture
-from pardec_fairseq.models.draft_head import DraftHead, DraftHeadModel, draft_head_architecture
 
 
 def make_dictionary(n_symbols):
@@ -50,18 +49,6 @@ def build_transformer(dictionary, seed=0, layers=1, embed_dim=16, heads=2, ffn_d
         projection.bias[dictionary.eos()] = eos_bias
     model.decoder.output_projection = projection
     return model.eval()
-
-
-def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_dropout=0.0):
-    """A random draft head of ``block_size`` slots on ``verifier`` (frozen)."""
-    args = argparse.Namespace(head_layers=layers, head_attention_heads=2, head_ffn_dim=24, dropout=dropout,
-                              head_attention_dropout=attention_dropout)
-    draft_head_architecture(args)
-    torch.manual_seed(seed)
-    decoder = verifier.decoder
-    head = DraftHead(args, block_size, decoder.embed_tokens.embedding_dim, decoder.output_embed_dim,
-                     verifier.encoder.embed_tokens.embedding_dim)
-    return DraftHeadModel(head, verifier.requires_grad_(False))
 
 
 def make_batch(dictionary, sentences, left_pad_source=True, targets=None):
