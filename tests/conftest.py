@@ -32,14 +32,11 @@ def pytest_configure(config):
 
 def _compile_the_decoders():
     """Decode a tiny batch with the drafters that need no trained model, so that numba compiles the
-    fast path, the vector kernel, the acceptance and the tree pass into its cache once (about 45 s
+    fast path, the vector kernel, the acceptance and the tree pass into its cache once (about 35 s
     from a clean clone on a Zen 3 core, 1 s when cached) instead of in each worker and in each command
     they start before the cache is written. (Compiling BPD's heads and a draft head here too made the
-    suite a minute slower: the workers compile those beside each other's work.) fairseq's import sets
-    the root logger to DEBUG, so numba's compiler would log every pass to the terminal, 45,000 lines:
-    its logger stays at WARNING here."""
+    suite a minute slower: the workers compile those beside each other's work.)"""
     import argparse
-    import logging
 
     from tiny import build_transformer, make_batch, make_dictionary
 
@@ -48,16 +45,10 @@ def _compile_the_decoders():
     dictionary = make_dictionary(20)
     model = build_transformer(dictionary, layers=2).eval()
     batch = make_batch(dictionary, [[4, 5, 6, 7], [8, 9]])
-    numba_logger = logging.getLogger("numba")
-    level = numba_logger.level
-    numba_logger.setLevel(logging.WARNING)
-    try:
-        for algorithm in ("greedy", "iad", "gs-jacobi", "lookahead"):
-            generator = build_generator(algorithm, [model], dictionary, argparse.Namespace(max_len_b=8),
-                                        DecodingConfig())
-            generator.generate([model], batch)
-    finally:
-        numba_logger.setLevel(level)
+    for algorithm in ("greedy", "iad", "gs-jacobi", "lookahead"):
+        generator = build_generator(algorithm, [model], dictionary, argparse.Namespace(max_len_b=8),
+                                    DecodingConfig())
+        generator.generate([model], batch)
 
 
 def pytest_collection_modifyitems(items):

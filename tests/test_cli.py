@@ -2,6 +2,8 @@
 import json
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 from pardec_fairseq.tasks.translation_pardec import TranslationPardecConfig, TranslationPardecTask
@@ -175,3 +177,17 @@ def test_the_hub_interface_decodes_with_the_checkpoints_gen_algo_and_an_override
         outputs[gen_algo] = hub.translate(sources, beam=1, max_len_b=10)
     assert outputs[None] == outputs["lookahead"] == outputs["fairseq"]
     assert all(outputs[None])
+
+
+@pytest.mark.slow
+def test_importing_the_plugin_keeps_numbas_compiler_logs_out_of_the_terminal():
+    """fairseq's import sets the root logger to DEBUG, under which numba logs every pass of its
+    compiler (37,000 lines on a first fairseq-generate): the plugin sets numba's logger to WARNING,
+    unless it has a level already."""
+    probe = ("import logging, sys; {} import pardec_fairseq; "
+             "print(logging.getLogger('numba').getEffectiveLevel())")
+    levels = [subprocess.run([sys.executable, "-c", probe.format(before)], capture_output=True, text=True,
+                             check=True, timeout=120).stdout.split()[-1]
+              for before in ("", "logging.getLogger('numba').setLevel(logging.INFO);")]
+    assert levels == ["30", "20"]  # WARNING; the INFO given before
+
