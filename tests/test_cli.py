@@ -184,10 +184,9 @@ def test_importing_the_plugin_keeps_numbas_compiler_logs_out_of_the_terminal():
     """fairseq's import sets the root logger to DEBUG, under which numba logs every pass of its
     compiler (37,000 lines on a first fairseq-generate): the plugin sets numba's logger to WARNING,
     unless it has a level already."""
-    probe = ("import logging, sys; {} import pardec_fairseq; "
+    probe = ("import logging; {} import pardec_fairseq; "
              "print(logging.getLogger('numba').getEffectiveLevel())")
     levels = [subprocess.run([sys.executable, "-c", probe.format(before)], capture_output=True, text=True,
                              check=True, timeout=120).stdout.split()[-1]
               for before in ("", "logging.getLogger('numba').setLevel(logging.INFO);")]
     assert levels == ["30", "20"]  # WARNING; the INFO given before
-
