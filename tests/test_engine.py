@@ -19,7 +19,8 @@ from pardec_fairseq.decoding.engine import DraftVerifyDecoder
 from pardec_fairseq.decoding.generator import ParallelDecodingGenerator
 from pardec_fairseq.decoding.observers import LoopObserver
 from pardec_fairseq.decoding.options import DecodingOptions
-from pardec_fairseq.decoding.proposals import Proposal, Verdict
+from pardec_fairseq.decoding.proposals import Proposal, Verdict, first_kept_ends, first_kept_ends_compiled
+from pardec_fairseq.decoding.stats import _count_pass, count_pass
 from pardec_fairseq.decoding.registry import build_verifier
 from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin
 from tiny import build_transformer, make_batch, make_dictionary
@@ -406,3 +407,26 @@ def test_fairseq_top_one_is_the_first_of_fairseqs_topk_with_and_without_ties():
         values, indices = fairseq_top_one(scores)
         top = torch.topk(scores, k=2)
         assert torch.equal(indices, top.indices[..., 0]) and torch.equal(values, top.values[..., 0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 5), m=st.integers(1, 6), data=st.data())
+def test_the_compiled_output_ends_and_pass_counts_are_the_vectorised_ones(rows, m, data):
+    """On a CPU a verdict's output ends and the statistics' counts of a pass are compiled calls: the same
+    numbers as the torch operations a GPU runs, with EOS inside and after the accepted tokens, scored
+    -inf or not."""
+    eos = 2
+    tokens = torch.tensor(data.draw(st.lists(st.lists(st.sampled_from([eos, 4, 5]), min_size=m, max_size=m),
+                                             min_size=rows, max_size=rows)))
+    cumulative = torch.tensor(data.draw(st.lists(st.lists(st.sampled_from([-1.5, -math.inf]), min_size=m, max_size=m),
+                                                 min_size=rows, max_size=rows)), dtype=torch.float32)
+    accepted = torch.tensor(data.draw(st.lists(st.integers(0, m - 1), min_size=rows, max_size=rows)))
+    ends = first_kept_ends(tokens, cumulative, accepted, eos)
+    assert torch.equal(first_kept_ends_compiled(tokens, cumulative, accepted, eos), ends)
+    drafted = torch.tensor(data.draw(st.lists(st.integers(0, m), min_size=rows, max_size=rows)))
+    counts = torch.tensor(data.draw(st.lists(st.lists(st.integers(0, 9), min_size=rows, max_size=rows),
+                                             min_size=4, max_size=4)))
+    compiled = counts.clone()
+    _count_pass(compiled.numpy(), drafted.numpy(), accepted.numpy(), ends.numpy())
+    count_pass(counts, drafted, accepted, ends)
+    assert torch.equal(compiled, counts)

@@ -82,9 +82,34 @@ class Verdict:
         -inf), or ``m`` where none: a row's output ends there (the engine's state and the statistics
         read it, so it is computed once)."""
         if self._ends is None:
-            m = self.tokens.size(1)
-            offsets = torch.arange(m, device=self.tokens.device)
-            kept = offsets < self.accepted.unsqueeze(1) + 1
-            ends = kept & self.tokens.eq(eos) & self.cumulative.ne(-math.inf)
-            self._ends = torch.where(ends, offsets, m).min(1).values
+            # on a CPU one compiled call: the 8 torch operations took 0.1-0.2 ms a pass on the Zen 3 VM
+            compiled = self.tokens.device.type == "cpu" and self.cumulative.dtype == torch.float32
+            ends = first_kept_ends_compiled if compiled else first_kept_ends
+            self._ends = ends(self.tokens, self.cumulative, self.accepted, eos)
         return self._ends
+
+
+def first_kept_ends(tokens: Tensor, cumulative: Tensor, accepted: Tensor, eos: int) -> Tensor:
+    """``Verdict.output_ends`` of ``tokens``/``cumulative`` ``[rows, m]`` with ``accepted`` ``[rows]``."""
+    m = tokens.size(1)
+    offsets = torch.arange(m, device=tokens.device)
+    kept = offsets < accepted.unsqueeze(1) + 1
+    ends = kept & tokens.eq(eos) & cumulative.ne(-math.inf)
+    return torch.where(ends, offsets, m).min(1).values
+
+
+def first_kept_ends_compiled(tokens: Tensor, cumulative: Tensor, accepted: Tensor, eos: int) -> Tensor:
+    """``first_kept_ends`` of CPU tensors (float32 ``cumulative``) in one compiled call."""
+    return torch.from_numpy(_first_kept_ends(tokens.numpy(), cumulative.numpy(), accepted.numpy(), eos))
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_kept_ends(tokens, cumulative, accepted, eos):
+    rows, m = tokens.shape
+    ends = np.full(rows, m, dtype=np.int64)
+    for r in range(rows):
+        for j in range(min(accepted[r] + 1, m)):
+            if tokens[r, j] == eos and cumulative[r, j] != -np.inf:
+                ends[r] = j
+                break
+    return ends

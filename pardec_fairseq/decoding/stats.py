@@ -5,6 +5,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
+import numba
 import torch
 
 from pardec_fairseq.decoding.observers import LoopObserver
@@ -22,14 +23,15 @@ class SentenceStats:
     drafting_passes: int = 0  # of its iterations, the ones that checked a draft
 
 
+PASSES, DRAFTED, KEPT, DRAFTING = range(4)  # the rows of ``SentenceCounter.live``, a row's counts
+
+
 class SentenceCounter(LoopObserver):
     """Counts, for each sentence of the batch being decoded, its verifier passes, the drafted tokens
     they checked, those that are in its output (none after its EOS) and the passes with a draft, and
     the time from the batch's start to its last token: ``sentences[row]``, the fields of ``SentenceStats``
-    from ``iterations`` on. The counts of the rows still decoding live on their device, one vector
-    operation per pass for every row."""
-
-    _PASSES, _DRAFTED, _KEPT, _DRAFTING = range(4)
+    from ``iterations`` on. The counts of the rows still decoding live on their device: a pass adds to
+    every row's in one compiled call on a CPU, in vector operations elsewhere."""
 
     def __init__(self, eos: int):
         self.eos = eos
@@ -41,12 +43,13 @@ class SentenceCounter(LoopObserver):
         self.sentences = [None] * rows
 
     def after_pass(self, state, proposal, scores, verdict):
-        live = self.live
-        live[self._PASSES] += 1
-        if proposal.tokens.size(1) > 0:  # a pass without any draft leaves the draft counts as they are
-            live[self._DRAFTED] += proposal.lengths
-            live[self._KEPT] += torch.minimum(verdict.accepted, verdict.output_ends(self.eos) + 1)
-            live[self._DRAFTING] += proposal.lengths > 0
+        ends = verdict.output_ends(self.eos)
+        if self.live.device.type == "cpu":  # one compiled call: torch's operations took 0.1 ms a pass (Zen 3 VM)
+            _count_pass(self.live.numpy(), proposal.lengths.numpy(), verdict.accepted.numpy(), ends.numpy())
+        elif proposal.tokens.size(1) > 0:
+            count_pass(self.live, proposal.lengths, verdict.accepted, ends)
+        else:  # a pass without any draft leaves the draft counts as they are
+            self.live[PASSES] += 1
 
     def rows_ended(self, state, ended):
         seconds = time.perf_counter() - self.start
@@ -56,6 +59,25 @@ class SentenceCounter(LoopObserver):
 
     def keep_rows(self, keep):
         self.live = self.live[:, keep]
+
+
+def count_pass(live: torch.Tensor, drafted: torch.Tensor, accepted: torch.Tensor, ends: torch.Tensor):
+    """Add a pass to each row's counts ``live`` ``[4, rows]`` from its drafted tokens, accepted ones and
+    output ends ``[rows]`` (the drafted tokens kept are those up to the output's end)."""
+    live[PASSES] += 1
+    live[DRAFTED] += drafted
+    live[KEPT] += torch.minimum(accepted, ends + 1)
+    live[DRAFTING] += drafted > 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_pass(live, drafted, accepted, ends):
+    """``count_pass`` of numpy arrays, in one compiled call."""
+    for r in range(live.shape[1]):
+        live[PASSES, r] += 1
+        live[DRAFTED, r] += drafted[r]
+        live[KEPT, r] += min(accepted[r], ends[r] + 1)
+        live[DRAFTING, r] += drafted[r] > 0
 
 
 @dataclass
