@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pardec_fairseq.decoding import DecodingConfig, build_generator, compiled_layers
-from pardec_fairseq.decoding.compiled_layers import CompiledLayers, RowStep
+from pardec_fairseq.decoding.compiled_layers import CompiledPass
 from pardec_fairseq.decoding.fairseq_verifier import FairseqVerifier
 from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
 from pardec_fairseq.decoding.fast_verifier import FastVerifier
@@ -115,7 +115,7 @@ def test_fast_pass_scores_equal_the_fairseq_pass_over_uneven_rows(seed, rows, da
     for verifier in (FastVerifier, FairseqVerifier):
         verifier = verifier([model], dictionary, DecodingOptions())
         if isinstance(verifier, FastVerifier) and not compiled:
-            verifier.fast_decoders[0].compiled = verifier.fast_decoders[0].row_step = None
+            verifier.fast_decoders[0].compiled = None
         with torch.no_grad():
             cache = verifier.start(batch["net_input"], max_len)
             zeros = torch.zeros(rows, dtype=torch.long)
@@ -193,8 +193,7 @@ def test_the_compiled_layers_compute_what_the_torch_layers_compute(architecture,
         shape = DraftTree.of(Proposal(tokens=new[:, 1:], lengths=torch.full((rows,), drafted), parents=parents))
     features, columns = {}, {}
     for path in ("compiled", "torch"):
-        decoder.row_step = None
-        decoder.compiled = CompiledLayers(decoder) if path == "compiled" else None
+        decoder.compiled = CompiledPass(decoder) if path == "compiled" else None
         with torch.no_grad():
             cache = verifier.start(batch["net_input"], prefix + drafted + 2)
             verifier.score(cache, cached, torch.zeros(rows, dtype=torch.long), prefix + drafted + 2)
@@ -335,22 +334,21 @@ def test_decoding_leaves_torch_on_the_threads_it_was_given():
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(architecture=architectures, seed=st.integers(0, 10_000), layers=st.integers(1, 3), heads=st.sampled_from([1, 2, 4]),
        source=st.lists(st.integers(4, 23), min_size=1, max_size=8), pad=st.integers(0, 3), prefix=st.integers(1, 6))
-def test_the_compiled_row_step_computes_what_the_torch_layers_compute(architecture, seed, layers, heads, source, pad,
-                                                                    prefix):
+def test_a_compiled_one_token_pass_computes_what_the_torch_layers_compute(architecture, seed, layers, heads, source,
+                                                                         pad, prefix):
     """A one-row, one-token pass runs compiled: the same features and the same cache columns as the torch
     layers, after a prefix the torch layers cached, with source padding or without."""
     dictionary = make_dictionary(20)
     model = build_transformer(dictionary, seed=seed, layers=layers, heads=heads, **architecture).eval()
     verifier = FastVerifier([model], dictionary, DecodingOptions())
     decoder = verifier.fast_decoders[0]
-    assert decoder.row_step is not None
+    assert decoder.compiled is not None
     # a longer second sentence left-pads the first; the first is kept alone
     batch = make_batch(dictionary, [source, source + [5] * pad])
     tokens = torch.randint(4, 24, (1, prefix + 1), generator=torch.Generator().manual_seed(seed))
     features, columns = {}, {}
     for path in ("compiled", "torch"):
-        decoder.row_step = RowStep(decoder) if path == "compiled" else None
-        decoder.compiled = CompiledLayers(decoder) if path == "compiled" else None
+        decoder.compiled = CompiledPass(decoder) if path == "compiled" else None
         with torch.no_grad():
             cache = verifier.start(batch["net_input"], 12)
             verifier.keep_rows(cache, (batch["id"] == 0).nonzero().view(1))  # the shorter, padded source

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pardec_fairseq.decoding import vector_kernels
-from pardec_fairseq.decoding.compiled_layers import CompiledLayers, RowStep, compiles
+from pardec_fairseq.decoding.compiled_layers import CompiledPass, compiles
 from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
 from pardec_fairseq.decoding.fast_layers import DecoderLayer, FastCache, run_layers
 from pardec_fairseq.decoding.fast_ops import Product, layer_norm
@@ -85,7 +85,7 @@ class FastDecoder:
         self.own_output_layer = self.first_head is None and replaces_output_layer(decoder)
         if not self.own_output_layer:
             self.output = Product.of(decoder.output_projection)
-        self.row_step, self.compiled = (RowStep(self), CompiledLayers(self)) if compiles(self) else (None, None)
+        self.compiled = CompiledPass(self) if compiles(self) else None
 
     def start(self, enc: Optional[Tensor], enc_padding: Optional[Tensor], rows: int, capacity: int) -> "FastCache":
         """An empty cache over the encoder states ``enc`` ``[rows, src, d]`` (``None`` without an
@@ -108,8 +108,8 @@ class FastDecoder:
                  tree: Optional[DraftTree] = None, rows: Optional[Tensor] = None):
         """The decoder output ``[rows, n, d]`` after ``tokens`` ``[rows, n]`` of the cache's ``rows``
         (``None``: all)."""
-        if self.row_step is not None and tokens.numel() == 1 and rows is None:
-            return self.row_step(cache, int(tokens), positions, int(first_index))
+        if self.compiled is not None:
+            return self.compiled(cache, tokens, positions, first_index, tree, rows)
         x = self.embed_scale * F.embedding(tokens, self.embed_tokens)
         if self.project_in is not None:
             x = self.project_in(x)
@@ -118,7 +118,7 @@ class FastDecoder:
             x = x + embed_positions(decoder.embed_positions, positions)
         if decoder.layernorm_embedding is not None:
             x = layer_norm(x, decoder.layernorm_embedding)
-        x = run_layers(self.layers, self.compiled, cache, x, first_index, tree, rows)
+        x = run_layers(self.layers, None, cache, x, first_index, tree, rows)
         if decoder.layer_norm is not None:
             x = layer_norm(x, decoder.layer_norm)
         if self.project_out is not None:
