@@ -15,7 +15,7 @@ from pardec_fairseq.decoding.config import DecodingConfig
 from pardec_fairseq.decoding.drafters import Drafter
 from pardec_fairseq.decoding.drafters.input_copy import InputCopyDrafter
 from pardec_fairseq.decoding.drafters.jacobi import JacobiDrafter
-from pardec_fairseq.decoding.engine import DraftVerifyDecoder
+from pardec_fairseq.decoding.engine import DecodingState, DraftVerifyDecoder
 from pardec_fairseq.decoding.generator import ParallelDecodingGenerator
 from pardec_fairseq.decoding.observers import LoopObserver
 from pardec_fairseq.decoding.options import DecodingOptions
@@ -430,3 +430,30 @@ def test_the_compiled_output_ends_and_pass_counts_are_the_vectorised_ones(rows, 
     _count_pass(compiled.numpy(), drafted.numpy(), accepted.numpy(), ends.numpy())
     count_pass(counts, drafted, accepted, ends)
     assert torch.equal(compiled, counts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 4), max_len=st.integers(2, 8), data=st.data())
+def test_the_compiled_advance_is_the_vectorised_one(rows, max_len, data):
+    """On a CPU the state advances in one compiled call: the same tokens, scores, lengths, ended rows and
+    output lengths as the torch operations a GPU runs, rows ending by EOS or by the length limit."""
+    eos = 2
+    lengths = torch.tensor(data.draw(st.lists(st.integers(0, max_len), min_size=rows, max_size=rows)))
+    m = data.draw(st.integers(1, max_len + 1))
+    tokens = torch.tensor(data.draw(st.lists(st.lists(st.sampled_from([eos, 4, 5]), min_size=m, max_size=m),
+                                             min_size=rows, max_size=rows)))
+    cumulative = torch.tensor(data.draw(st.lists(st.lists(st.sampled_from([-1.5, -math.inf]), min_size=m, max_size=m),
+                                                 min_size=rows, max_size=rows)), dtype=torch.float32)
+    accepted = torch.tensor(data.draw(st.lists(st.integers(0, m - 1), min_size=rows, max_size=rows)))
+    states, results = [], []
+    for compiled in (True, False):
+        state = DecodingState.begin(rows, max_len, eos, 1, torch.device("cpu"))
+        state.lengths.copy_(lengths)
+        verdict = Verdict(accepted=accepted, tokens=tokens, cumulative=cumulative)
+        results.append(state.advance(verdict, eos) if compiled else
+                       state.advance_vectorised(verdict, verdict.output_ends(eos)))
+        states.append(state)
+    (compiled_done, compiled_lengths), (done, output_lengths) = results
+    assert torch.equal(compiled_done, done) and torch.equal(compiled_lengths, output_lengths)
+    for field in ("tokens", "cumulative", "lengths"):
+        assert torch.equal(getattr(states[0], field), getattr(states[1], field))

@@ -10,6 +10,8 @@ its batch. The statistics and the tools watch the loop through its observers (``
 from dataclasses import dataclass
 from typing import List
 
+import numba
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -53,23 +55,53 @@ class DecodingState:
         return self.cumulative.gather(1, self.lengths.unsqueeze(1)).squeeze(1)
 
     def advance(self, verdict: Verdict, eos):
-        """Append what each row accepted; return which rows ended and their output lengths."""
+        """Append what each row accepted; return which rows ended and their output lengths. All of a
+        verdict's tokens are written: what follows a row's accepted ones is written over by its next pass.
+        fairseq forces EOS at the length limit; a row whose EOS scored -inf ends there too."""
+        first_end = verdict.output_ends(eos)
+        if self.tokens.device.type == "cpu" and self.cumulative.dtype == verdict.cumulative.dtype == torch.float32:
+            # one compiled call: the torch operations took 0.1 ms a pass on the Zen 3 VM
+            done, output_lengths = _advance(self.tokens.numpy(), self.cumulative.numpy(), self.lengths.numpy(),
+                                            verdict.tokens.numpy(), verdict.cumulative.numpy(),
+                                            verdict.accepted.numpy(), first_end.numpy(), self.max_len)
+            return torch.from_numpy(done), torch.from_numpy(output_lengths)
+        return self.advance_vectorised(verdict, first_end)
+
+    def advance_vectorised(self, verdict: Verdict, first_end: Tensor):
+        """``advance`` in torch operations (on a GPU), with the verdict's output ends ``first_end``."""
         n = verdict.tokens.size(1)
-        # all n are written: what follows a row's accepted tokens is written over by its next pass
         index = (self.lengths + 1).unsqueeze(1) + self.offsets[:n]
         self.tokens.scatter_(1, index, verdict.tokens)
         self.cumulative.scatter_(1, index, verdict.cumulative)
-        first_end = verdict.output_ends(eos)
         ended = first_end < n
         end_lengths = self.lengths + 1 + first_end
         self.lengths += verdict.accepted + 1
-        # fairseq forces EOS at the length limit; a row whose EOS scored -inf ends there too
         done = ended | (self.lengths > self.max_len)
         return done, torch.where(ended, end_lengths, self.lengths)
 
     def keep(self, keep: Tensor):
         self.tokens, self.cumulative, self.lengths = self.tokens[keep], self.cumulative[keep], self.lengths[keep]
         self.rows = self.rows[keep.cpu()]
+
+
+@numba.njit(cache=True, nogil=True)
+def _advance(tokens, cumulative, lengths, new_tokens, new_cumulative, accepted, ends, max_len):
+    """``DecodingState.advance`` of numpy arrays (the state's updated in place)."""
+    rows, n = new_tokens.shape
+    done = np.empty(rows, dtype=np.bool_)
+    output_lengths = np.empty(rows, dtype=np.int64)
+    for r in range(rows):
+        if lengths[r] + n >= tokens.shape[1]:
+            raise IndexError("a verdict reaches past the decoding state's columns")
+        for j in range(n):
+            tokens[r, lengths[r] + 1 + j] = new_tokens[r, j]
+            cumulative[r, lengths[r] + 1 + j] = new_cumulative[r, j]
+        ended = ends[r] < n
+        end_length = lengths[r] + 1 + ends[r]
+        lengths[r] += accepted[r] + 1
+        done[r] = ended or lengths[r] > max_len
+        output_lengths[r] = end_length if ended else lengths[r]
+    return done, output_lengths
 
 
 class DraftVerifyDecoder:
