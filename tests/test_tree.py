@@ -10,9 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pardec_fairseq.decoding import DecodingConfig, build_generator
-from pardec_fairseq.decoding.acceptance import ExactAcceptance, RelaxedAcceptance, in_top_k
+from pardec_fairseq.decoding.acceptance import ExactAcceptance, RelaxedAcceptance, in_top_k, tree_verdict
 from pardec_fairseq.decoding.drafters import Drafter
 from pardec_fairseq.decoding.fairseq_verifier import FairseqVerifier
+from pardec_fairseq.decoding.fast_layers import FastCache
 from pardec_fairseq.decoding.fast_verifier import FastVerifier
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.proposals import DraftTree, Proposal
@@ -164,7 +165,15 @@ def test_exact_acceptance_of_a_tree_keeps_the_deepest_path_of_fairseqs_choices(s
     lprobs = torch.log_softmax(logits, -1)
     steps = torch.randint(0, 3, (rows, 1), generator=generator) + tree.depth
     running = -torch.rand(rows, generator=generator) * 5
-    verdict = ExactAcceptance().accept(proposal, TreeScores(lprobs, tree, steps, max_len), running)
+    scores = TreeScores(lprobs, tree, steps, max_len)
+    verdict = ExactAcceptance().accept(proposal, scores, running)
+    # on a CPU one compiled call reads the path off; the torch version, which a GPU runs, reads the same
+    real = torch.arange(k + 1) <= proposal.lengths.unsqueeze(1)
+    with_last = torch.cat([proposal.tokens.new_zeros(rows, 1), proposal.tokens], 1)
+    top_scores, top_tokens, deepest = ExactAcceptance._rank_every_node(scores.span(0, k + 1, None, real), with_last,
+                                                                       tree, real, steps <= max_len, running)
+    expected = tree_verdict(tree, deepest, top_scores, top_tokens)
+    assert torch.equal(verdict.accepted, expected.accepted) and torch.equal(verdict.path, expected.path)
     for row, (tokens, parents) in enumerate(trees):
         def walk(position, before):
             """(depth, position) of the deepest kept node under ``position``, and the choices on its path."""
@@ -181,6 +190,24 @@ def test_exact_acceptance_of_a_tree_keeps_the_deepest_path_of_fairseqs_choices(s
         assert int(verdict.accepted[row]) == depth
         assert verdict.tokens[row, :depth + 1].tolist() == [token for token, _ in path]
         assert verdict.cumulative[row, :depth + 1].tolist() == [score for _, score in path]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 3), n=st.integers(1, 7), data=st.data())
+def test_the_compiled_path_move_is_the_vectorised_one(rows, n, data):
+    """On a CPU a tree's accepted path moves in the cache in one compiled call: the same buffers as the
+    torch operations a GPU runs, for paths of any depth (a position at least its depth, increasing)."""
+    valid = torch.tensor(data.draw(st.lists(st.integers(0, 4), min_size=rows, max_size=rows)))
+    m = data.draw(st.integers(1, n))
+    path = torch.arange(m).repeat(rows, 1)
+    for row in range(rows):
+        kept = data.draw(st.lists(st.integers(1, n - 1), max_size=m - 1, unique=True)) if n > 1 else []
+        path[row, 1:len(kept) + 1] = torch.tensor(sorted(kept), dtype=torch.long)
+    buffers = torch.randn(2, 2, rows, 3, 4 + n, 5, generator=torch.Generator().manual_seed(n))
+    compiled, vectorised = (FastCache(buffers.clone(), [], [], None, None, None) for _ in range(2))
+    compiled.keep_path(valid, path)
+    vectorised.keep_path_vectorised(valid, path)
+    assert torch.equal(compiled.buffers, vectorised.buffers)
 
 
 def test_trees_are_refused_where_they_cannot_be_scored():

@@ -9,6 +9,7 @@ import math
 import numba
 import numpy as np
 import torch
+from torch import Tensor
 
 from pardec_fairseq.decoding.proposals import Proposal, Verdict
 
@@ -116,6 +117,58 @@ def _rank_tree(lprobs, tokens, parents, depth, real, within_limit, running, top_
     return deepest
 
 
+@numba.njit(cache=True, nogil=True)
+def _rank_tree_path(lprobs, drafted, parents, depth, lengths, steps, max_len, running):
+    """``ExactAcceptance._accept_path`` on a CPU after the projection: ``_rank_tree`` over the pass's
+    tokens (the last accepted one, then ``drafted`` ``[rows, n - 1]``) and the verdict read off each
+    row's deepest kept position, as ``tree_verdict`` reads it (its accepted counts, path, tokens and
+    cumulative scores); ``None`` where a row met a tie on its way."""
+    rows, n = depth.shape
+    tokens = np.zeros((rows, n), dtype=drafted.dtype)
+    tokens[:, 1:] = drafted
+    real = np.zeros((rows, n), dtype=np.bool_)
+    for r in range(rows):
+        for p in range(min(n, lengths[r] + 1)):
+            real[r, p] = True
+    top_scores = np.full((rows, n), -np.inf, dtype=lprobs.dtype)
+    top_tokens = np.zeros((rows, n), dtype=drafted.dtype)
+    deepest = _rank_tree(lprobs, tokens, parents, depth, real, steps <= max_len, running, top_scores, top_tokens)
+    if deepest.min() < 0:
+        return None
+    accepted = np.empty(rows, dtype=np.int64)
+    for r in range(rows):
+        accepted[r] = depth[r, deepest[r]]
+    m = accepted.max() + 1
+    path = np.empty((rows, m), dtype=np.int64)
+    kept_tokens = np.empty((rows, m), dtype=drafted.dtype)
+    cumulative = np.empty((rows, m), dtype=lprobs.dtype)
+    for r in range(rows):
+        for j in range(m):
+            path[r, j] = j
+        p = deepest[r]
+        while p > 0:  # up from the deepest kept position; position 0 is column 0's already
+            path[r, depth[r, p]] = p
+            p = parents[r, p]
+        for j in range(m):
+            kept_tokens[r, j], cumulative[r, j] = top_tokens[r, path[r, j]], top_scores[r, path[r, j]]
+    return accepted, path, kept_tokens, cumulative
+
+
+def tree_verdict(tree, deepest: Tensor, top_scores: Tensor, top_tokens: Tensor) -> Verdict:
+    """The verdict of a tree pass from each row's deepest kept position and fairseq's choices at the
+    positions ``[rows, n]``: the accepted path's positions, then each column's own index."""
+    rows, n = tree.depth.shape
+    positions = torch.arange(n, device=tree.depth.device)
+    accepted = tree.depth.gather(1, deepest.unsqueeze(1)).squeeze(1)
+    on_path = tree.sees[torch.arange(rows, device=deepest.device), deepest]
+    m = int(accepted.max()) + 1
+    path = torch.arange(m + 1, device=deepest.device).repeat(rows, 1)  # after a row's path: its own index
+    path.scatter_(1, torch.where(on_path, tree.depth, m), positions.expand(rows, n))
+    path = path[:, :m]  # column m took the positions off the path
+    return Verdict(accepted=accepted, tokens=top_tokens.gather(1, path), cumulative=top_scores.gather(1, path),
+                   path=path)
+
+
 class ExactAcceptance:
     """Keep drafted tokens while they equal the verifier's greedy choice (lossless).
 
@@ -170,37 +223,27 @@ class ExactAcceptance:
     def _accept_path(proposal: Proposal, scores, cumulative_before) -> Verdict:
         """A tree: the deepest node whose path from the last accepted token holds fairseq's choice
         at every step (siblings with one token give the same path: the first is kept). On a CPU the
-        choices are ranked by one compiled call at the kept nodes alone (``_rank_tree``: the torch
-        ranking of every node cost a tree pass of 7 positions 0.3 ms more than a chain's)."""
+        choices are ranked at the kept nodes alone and the path is read off in one compiled call
+        (``_rank_tree_path``: ranking every node in torch cost a tree pass of 7 positions 0.3 ms more
+        than a chain's, and the path's torch operations 0.1-0.2 ms more)."""
         tree = scores.tree
         rows, n = tree.depth.shape
         positions = torch.arange(n, device=tree.depth.device)
         real = positions <= proposal.lengths.unsqueeze(1)  # position 0 and the drafted tokens
         lprobs = scores.span(0, n, None, real)
+        if lprobs.device.type == "cpu" and lprobs.dtype == torch.float32:
+            ranked = _rank_tree_path(lprobs.contiguous().numpy(), proposal.tokens.contiguous().numpy(),
+                                     tree.parents.contiguous().numpy(), tree.depth.contiguous().numpy(),
+                                     proposal.lengths.numpy(), scores.steps.contiguous().numpy(), scores.max_len,
+                                     cumulative_before.contiguous().numpy())
+            if ranked is not None:  # else a tie on the way: fairseq's ``topk`` decides it
+                accepted, path, tokens, cumulative = (torch.from_numpy(part) for part in ranked)
+                return Verdict(accepted=accepted, tokens=tokens, cumulative=cumulative, path=path)
         tokens = torch.cat([proposal.tokens.new_zeros(rows, 1), proposal.tokens], 1)  # [rows, n]
         within_limit = scores.steps <= scores.max_len
-        deepest = None
-        if lprobs.device.type == "cpu" and lprobs.dtype == torch.float32:
-            top_scores = lprobs.new_full((rows, n), -math.inf)
-            top_tokens = tokens.new_zeros(rows, n)
-            deepest = torch.from_numpy(_rank_tree(lprobs.contiguous().numpy(), tokens.numpy(),
-                                                  tree.parents.contiguous().numpy(), tree.depth.contiguous().numpy(),
-                                                  real.numpy(), within_limit.contiguous().numpy(),
-                                                  cumulative_before.contiguous().numpy(), top_scores.numpy(),
-                                                  top_tokens.numpy()))
-            if bool(deepest.lt(0).any()):
-                deepest = None
-        if deepest is None:
-            top_scores, top_tokens, deepest = ExactAcceptance._rank_every_node(lprobs, tokens, tree, real,
-                                                                               within_limit, cumulative_before)
-        accepted = tree.depth.gather(1, deepest.unsqueeze(1)).squeeze(1)
-        on_path = tree.sees[torch.arange(rows, device=tokens.device), deepest]
-        m = int(accepted.max()) + 1
-        path = torch.arange(m + 1, device=tokens.device).repeat(rows, 1)  # after a row's path: its own index
-        path.scatter_(1, torch.where(on_path, tree.depth, m), positions.expand(rows, n))
-        path = path[:, :m]  # column m took the positions off the path
-        return Verdict(accepted=accepted, tokens=top_tokens.gather(1, path), cumulative=top_scores.gather(1, path),
-                       path=path)
+        top_scores, top_tokens, deepest = ExactAcceptance._rank_every_node(lprobs, tokens, tree, real, within_limit,
+                                                                           cumulative_before)
+        return tree_verdict(tree, deepest, top_scores, top_tokens)
 
     @staticmethod
     def _rank_every_node(lprobs, tokens, tree, real, within_limit, cumulative_before):

@@ -9,6 +9,7 @@ every other one (``AmongNew``). On a CPU the layers of a pass run as one compile
 from dataclasses import dataclass
 from typing import List, Optional
 
+import numba
 import numpy as np
 import torch
 from torch import Tensor
@@ -180,7 +181,15 @@ class FastCache:
 
     def keep_path(self, valid: Tensor, path: Tensor):
         """Move the keys and values of each row's kept pass positions ``path`` (``[rows, m]``, from
-        column ``valid[r]``) to the columns right after its accepted ones."""
+        column ``valid[r]``) to the columns right after its accepted ones (on a CPU in one compiled call:
+        the torch operations took 0.1 ms a tree pass on the Zen 3 VM)."""
+        if self.buffers.device.type == "cpu" and self.buffers.dtype == torch.float32:
+            _move_path(self.buffers.numpy(), valid.numpy(), path.contiguous().numpy())
+        else:
+            self.keep_path_vectorised(valid, path)
+
+    def keep_path_vectorised(self, valid: Tensor, path: Tensor):
+        """``keep_path`` in torch operations (on a GPU, or in another precision)."""
         layers, _, rows, heads, _, head_dim = self.buffers.shape
         m = path.size(1)
         index = (valid.unsqueeze(1) + path).view(1, 1, rows, 1, m, 1).expand(layers, 2, rows, heads, m, head_dim)
@@ -202,3 +211,19 @@ class FastCache:
             self.enc_mask, self.enc_padding = self.enc_mask[rows], self.enc_padding[rows]
         if self.enc is not None:
             self.enc = self.enc[rows]
+
+
+@numba.njit(cache=True, nogil=True)
+def _move_path(buffers, valid, path):
+    """``FastCache.keep_path`` of the numpy buffers ``[layers, 2, rows, heads, capacity, head_dim]``. A
+    path's position at depth ``j`` is at least ``j`` (a node comes after its parent), so copying in
+    order of depth never reads a column written before."""
+    layers, halves, rows, heads = buffers.shape[:4]
+    for r in range(rows):
+        for j in range(path.shape[1]):
+            source, target = valid[r] + path[r, j], valid[r] + j
+            if source != target:
+                for layer in range(layers):
+                    for half in range(halves):
+                        for h in range(heads):
+                            buffers[layer, half, r, h, target] = buffers[layer, half, r, h, source]

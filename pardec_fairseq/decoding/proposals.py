@@ -34,35 +34,43 @@ class DraftTree:
     def of(cls, proposal: Proposal) -> Optional["DraftTree"]:
         if proposal.parents is None:
             return None
+        if proposal.parents.device.type == "cpu":  # one compiled call, position by position from the parent's
+            return cls(*(torch.from_numpy(part) for part in _tree_shape(proposal.parents.contiguous().numpy())))
         rows, k = proposal.parents.shape
         n = k + 1
         # drafted token j sits at pass position j + 1: its parent is at most j
         if bool((proposal.parents > torch.arange(k, device=proposal.parents.device)).any()) \
                 or bool((proposal.parents < 0).any()):
-            raise ValueError("a drafted token's parent must come before it in the proposal")
+            raise ValueError(PARENT_AFTER_CHILD)
         parents = torch.cat([proposal.parents.new_zeros(rows, 1), proposal.parents], 1)
-        if parents.device.type == "cpu":  # position by position, each from its parent's (a tenth of the products')
-            sees = torch.from_numpy(_ancestors(parents.numpy()))
-        else:
-            step = torch.nn.functional.one_hot(parents, n).float() + torch.eye(n, device=parents.device)
-            reach = step.clamp(max=1)
-            for _ in range(math.ceil(math.log2(max(k, 1))) + 1):  # paths of up to 2^i steps
-                reach = (reach @ reach).clamp_(max=1)
-            sees = reach.bool()
+        step = torch.nn.functional.one_hot(parents, n).float() + torch.eye(n, device=parents.device)
+        reach = step.clamp(max=1)
+        for _ in range(math.ceil(math.log2(max(k, 1))) + 1):  # paths of up to 2^i steps
+            reach = (reach @ reach).clamp_(max=1)
+        sees = reach.bool()
         return cls(parents, sees.sum(-1) - 1, sees)
 
 
+PARENT_AFTER_CHILD = "a drafted token's parent must come before it in the proposal"
+
+
 @numba.njit(cache=True, nogil=True)
-def _ancestors(parents):
-    """``DraftTree.sees`` of ``parents`` ``[rows, n]`` (each below its position; position 0 its own)."""
-    rows, n = parents.shape
-    sees = np.zeros((rows, n, n), dtype=np.bool_)
+def _tree_shape(drafted_parents):
+    """``DraftTree.of`` of drafted tokens' parents ``[rows, k]``: parents, depth and sees ``[rows, k + 1]``."""
+    rows, k = drafted_parents.shape
+    parents = np.zeros((rows, k + 1), dtype=np.int64)
+    depth = np.zeros((rows, k + 1), dtype=np.int64)
+    sees = np.zeros((rows, k + 1, k + 1), dtype=np.bool_)
     for r in range(rows):
         sees[r, 0, 0] = True
-        for p in range(1, n):
-            sees[r, p] = sees[r, parents[r, p]]
+        for p in range(1, k + 1):
+            parent = drafted_parents[r, p - 1]
+            if parent < 0 or parent >= p:
+                raise ValueError(PARENT_AFTER_CHILD)
+            parents[r, p], depth[r, p] = parent, depth[r, parent] + 1
+            sees[r, p] = sees[r, parent]
             sees[r, p, p] = True
-    return sees
+    return parents, depth, sees
 
 
 @dataclass
