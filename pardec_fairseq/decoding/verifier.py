@@ -149,6 +149,7 @@ class VerifierScores:
         self.positions = steps.size(1)
         self.later_layers = later_layers
         self.ready = steps.new_zeros(steps.size(0))  # on demand: positions whose layers ran, per row
+        self.all_ready = 0  # and for every row (a number, so that reading what ran costs no tensor operation)
         self.computed: Optional[Tensor] = None
         self.timer: Optional[Callable[[], float]] = None
         self.layer_seconds = self.projection_seconds = 0.0
@@ -164,24 +165,29 @@ class VerifierScores:
     def features_through(self, stop: int, rows: Optional[Tensor] = None) -> List[Tensor]:
         """Per model the decoder output of positions ``0 .. stop - 1`` of ``rows`` (all by default),
         running the layers not run yet."""
-        if self.later_layers is not None:
+        if self.later_layers is not None and stop > self.all_ready:
             ready = self.ready if rows is None else self.ready[rows]
             start = int(ready.min())
             if start < stop:  # rows ahead of ``start`` run their positions again, to the same values
                 began = self.timer() if self.timer else 0.0
                 later = self.later_layers(start, stop, rows)
-                if self.features is None:
-                    self.features = [x.new_empty(self.ready.numel(), self.positions, x.size(-1)) for x in later]
-                for features, part in zip(self.features, later):
-                    if rows is None:
-                        features[:, start:stop] = part
-                    else:
-                        features[rows, start:stop] = part
+                if self.features is None and rows is None and stop == self.positions:  # the whole pass at once
+                    self.features = later
+                else:
+                    if self.features is None:
+                        self.features = [x.new_empty(self.ready.numel(), self.positions, x.size(-1)) for x in later]
+                    for features, part in zip(self.features, later):
+                        if rows is None:
+                            features[:, start:stop] = part
+                        else:
+                            features[rows, start:stop] = part
                 ready.clamp_(min=stop)
                 if rows is not None:
                     self.ready[rows] = ready
                 if self.timer:
                     self.layer_seconds += self.timer() - began
+            if rows is None:
+                self.all_ready = stop
         return [x[:, :stop] if rows is None else x[rows, :stop] for x in self.features]
 
     def span(self, start: int, stop: int, rows: Optional[Tensor] = None, needed: Optional[Tensor] = None) -> Tensor:
