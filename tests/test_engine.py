@@ -20,8 +20,8 @@ from pardec_fairseq.decoding.generator import ParallelDecodingGenerator
 from pardec_fairseq.decoding.observers import LoopObserver
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.proposals import Proposal, Verdict, first_kept_ends, first_kept_ends_compiled
-from pardec_fairseq.decoding.stats import _count_pass, count_pass
 from pardec_fairseq.decoding.registry import build_verifier
+from pardec_fairseq.decoding.stats import _count_pass, count_pass
 from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin
 from tiny import build_transformer, make_batch, make_dictionary
 

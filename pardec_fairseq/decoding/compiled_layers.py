@@ -8,9 +8,8 @@ several (torch), more than the arithmetic: on this project's CPU the layers of o
 is its matrix products. Every pass runs its layers as one compiled call (``pass_layers``,
 following ``DecoderLayer.forward``, fairseq's decoder layer, exactly) with the matrix products on the
 vector kernel (``vector_kernels``); around that call a verifier's pass embeds and normalises in
-numpy (``CompiledPass``). The compiled code is cached
-beside this file, so only the first run on a machine compiles (and the first after a source of the
-package changed: ``compiled_cache``).
+numpy (``CompiledPass``). The compiled code is cached beside this file, so only the first run on a
+machine compiles (and the first after a source of the package changed: ``compiled_cache``).
 """
 import math
 from typing import Optional

@@ -68,7 +68,8 @@ class DecodingState:
         return self.advance_vectorised(verdict, first_end)
 
     def advance_vectorised(self, verdict: Verdict, first_end: Tensor):
-        """``advance`` in torch operations (on a GPU), with the verdict's output ends ``first_end``."""
+        """``advance`` in torch operations (on a GPU, or in another precision), with the verdict's output
+        ends ``first_end``."""
         n = verdict.tokens.size(1)
         index = (self.lengths + 1).unsqueeze(1) + self.offsets[:n]
         self.tokens.scatter_(1, index, verdict.tokens)
