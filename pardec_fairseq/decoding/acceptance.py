@@ -118,7 +118,7 @@ def _rank_tree(lprobs, tokens, parents, depth, real, within_limit, running, top_
 
 
 @numba.njit(cache=True, nogil=True)
-def _rank_tree_path(lprobs, drafted, parents, depth, lengths, steps, max_len, running):
+def _rank_tree_path(lprobs, drafted, parents, depth, real, steps, max_len, running):
     """``ExactAcceptance._accept_path`` on a CPU after the projection: ``_rank_tree`` over the pass's
     tokens (the last accepted one, then ``drafted`` ``[rows, n - 1]``) and the verdict read off each
     row's deepest kept position, as ``tree_verdict`` reads it (its accepted counts, path, tokens and
@@ -126,10 +126,6 @@ def _rank_tree_path(lprobs, drafted, parents, depth, lengths, steps, max_len, ru
     rows, n = depth.shape
     tokens = np.zeros((rows, n), dtype=drafted.dtype)
     tokens[:, 1:] = drafted
-    real = np.zeros((rows, n), dtype=np.bool_)
-    for r in range(rows):
-        for p in range(min(n, lengths[r] + 1)):
-            real[r, p] = True
     top_scores = np.full((rows, n), -np.inf, dtype=lprobs.dtype)
     top_tokens = np.zeros((rows, n), dtype=drafted.dtype)
     deepest = _rank_tree(lprobs, tokens, parents, depth, real, steps <= max_len, running, top_scores, top_tokens)
@@ -234,7 +230,7 @@ class ExactAcceptance:
         if lprobs.device.type == "cpu" and lprobs.dtype == torch.float32:
             ranked = _rank_tree_path(lprobs.contiguous().numpy(), proposal.tokens.contiguous().numpy(),
                                      tree.parents.contiguous().numpy(), tree.depth.contiguous().numpy(),
-                                     proposal.lengths.numpy(), scores.steps.contiguous().numpy(), scores.max_len,
+                                     real.numpy(), scores.steps.contiguous().numpy(), scores.max_len,
                                      cumulative_before.contiguous().numpy())
             if ranked is not None:  # else a tie on the way: fairseq's ``topk`` decides it
                 accepted, path, tokens, cumulative = (torch.from_numpy(part) for part in ranked)
