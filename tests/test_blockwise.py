@@ -237,7 +237,7 @@ def test_bpd_refuses_models_without_heads():
 @given(seed=st.integers(0, 10_000), block_heads=st.integers(2, 6), zero_heads=st.booleans(),
        identity_first_head=st.booleans(), eos_bias=st.floats(-2.0, 3.0), batch=sentences,
        max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6), draft_vocab=st.sampled_from([0, 0, 3, 9]),
-       draft_precision=st.sampled_from(["float32", "auto"]))
+       draft_precision=st.sampled_from(["float32", "auto", "int8"]))
 def test_bpd_equals_fairseq_greedy_of_head_one(seed, block_heads, zero_heads, identity_first_head, eos_bias, batch,
                                               max_len_b, batch_of, draft_vocab, draft_precision):
     dictionary = make_dictionary(20)
@@ -256,7 +256,7 @@ def test_bpd_equals_fairseq_greedy_of_head_one(seed, block_heads, zero_heads, id
         assert analysis.lengths == {s.id: s.hyp_len for s in stats.per_sentence}
 
 
-@pytest.mark.parametrize("precision", ["float32", "bfloat16", "auto"])
+@pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8", "auto"])
 def test_draft_precision_sets_the_kind_of_the_heads_products(precision):
     dictionary = make_dictionary(20)
     model = model_for("bpd", dictionary, block_heads=3, seed=2)
@@ -264,5 +264,5 @@ def test_draft_precision_sets_the_kind_of_the_heads_products(precision):
                                 SimpleNamespace(draft_precision=precision))
     drafter = generator.decoder.drafter
     bfloat16 = np.int32 if vector_kernels.has_bfloat16_dot() else np.uint16
-    assert {product.panels.dtype for product in (drafter.fc1, drafter.fc2, drafter.output)} == \
-        {np.dtype(np.float32 if precision == "float32" else bfloat16)}
+    expected = {"float32": np.float32, "bfloat16": bfloat16, "int8": np.int8, "auto": bfloat16}[precision]
+    assert {product.panels.dtype for product in (drafter.fc1, drafter.fc2, drafter.output)} == {np.dtype(expected)}

@@ -45,11 +45,12 @@ def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_
 @given(seed=st.integers(0, 10_000), block_size=st.integers(1, 6), layers=st.integers(1, 2),
        eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
        verifier_path=st.sampled_from(["fast", "fairseq"]), pre_norm=st.booleans(), compiled=st.booleans(),
-       draft_vocab=st.sampled_from([0, 3, 9]), bfloat16=st.booleans(), steps=st.sampled_from([None, 1, 2, 3]),
+       draft_vocab=st.sampled_from([0, 3, 9]), precision=st.sampled_from(["float32", "bfloat16", "int8"]),
+       steps=st.sampled_from([None, 1, 2, 3]),
        tree=st.sampled_from([(1, 0.0, 0), (2, 0.0, 0), (3, 0.2, 0), (1, 0.3, 0), (2, 0.0, 3)]))
 def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size, layers, eos_bias, batch, max_len_b,
                                                                batch_of, verifier_path, pre_norm, compiled,
-                                                               draft_vocab, bfloat16, steps, tree):
+                                                               draft_vocab, precision, steps, tree):
     """``tree``: branches, least path probability and nodes verified, for a one-slot head (a tree needs
     the fast verifier)."""
     dictionary = make_dictionary(20)
@@ -60,7 +61,7 @@ def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size,
     branches, least_probability, nodes = tree if block_size == 1 else (1, 0.0, 0)
     verifier_path = "fast" if branches > 1 else verifier_path
     drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval(), draft_vocab=draft_vocab,
-                               bfloat16=bfloat16, steps=steps, branches=branches,
+                               precision=precision, steps=steps, branches=branches,
                                least_probability=least_probability, nodes=nodes)
     assert drafter.compiled is not None
     if not compiled:  # the head's layers through torch, as on a GPU
@@ -109,19 +110,20 @@ def test_draft_vocab_is_refused_for_a_verifier_with_its_own_output_layer():
         DraftHeadModel.build_model(args, task)
 
 
-@pytest.mark.parametrize("layers, bfloat16, steps, block_size, tree", [
-    (1, False, 1, 3, (1, 0.0, 0)), (2, False, 1, 3, (1, 0.0, 0)), (2, True, 1, 3, (1, 0.0, 0)),
-    (2, False, 3, 3, (1, 0.0, 0)), (1, True, 2, 3, (1, 0.0, 0)), (1, False, 3, 1, (2, 0.0, 0)),
-    (2, False, 4, 1, (3, 0.05, 0)), (1, False, 4, 1, (1, 0.1, 0)), (1, False, 4, 1, (2, 0.0, 3))])
+@pytest.mark.parametrize("layers, precision, steps, block_size, tree", [
+    (1, "float32", 1, 3, (1, 0.0, 0)), (2, "float32", 1, 3, (1, 0.0, 0)), (2, "bfloat16", 1, 3, (1, 0.0, 0)),
+    (2, "float32", 3, 3, (1, 0.0, 0)), (1, "bfloat16", 2, 3, (1, 0.0, 0)), (1, "int8", 3, 1, (1, 0.0, 0)),
+    (1, "float32", 3, 1, (2, 0.0, 0)), (2, "float32", 4, 1, (3, 0.05, 0)), (1, "float32", 4, 1, (1, 0.1, 0)),
+    (1, "float32", 4, 1, (2, 0.0, 3))])
 @torch.no_grad()
-def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations_do(layers, bfloat16, steps,
+def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations_do(layers, precision, steps,
                                                                                    block_size, tree):
     """``tree``: a one-slot head's branches, least path probability and nodes verified (trees and chains
     of per-row lengths)."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=2).eval()
     model = build_head(verifier, block_size=block_size, layers=layers, seed=4).eval()
-    compiled, plain = (DraftHeadDrafter(model, bfloat16=bfloat16, steps=steps, branches=tree[0],
+    compiled, plain = (DraftHeadDrafter(model, precision=precision, steps=steps, branches=tree[0],
                                         least_probability=tree[1], nodes=tree[2]) for _ in range(2))
     assert compiled.compiled_head is not None
     plain.compiled_head = None

@@ -2,7 +2,8 @@
 tiles of 4 and the 1-3 left over) and every tile geometry, any input width, output widths inside a
 panel, on its edge and past it (the zero-padded last panel), with and without a bias; and the
 kernel refuses arrays it cannot read as contiguous float32 rows. Packed in bfloat16, the products
-are those of the operands rounded to bfloat16 (ties to even), accumulated in float32."""
+are those of the operands rounded to bfloat16 (ties to even), accumulated in float32; packed in
+int8, those of the weight rounded per column."""
 import numba
 import numpy as np
 import pytest
@@ -145,6 +146,28 @@ def test_widened_bfloat16_products_are_those_of_the_rounded_weight(rows, depth, 
     expected = x.astype(np.float64) @ as_bfloat16(weight) + (0 if bias is None else bias)
     assert out.shape == (rows, columns)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * depth ** 0.5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(**bfloat16_operands)
+def test_int8_products_are_those_of_the_rounded_weight(rows, depth, columns, with_bias, seed):
+    """The weight read as int8 per column, converted in registers, the sums scaled, then biased."""
+    x, weight, bias = random_operands(seed, rows, depth, columns, with_bias)
+    panels, bias_and_scales = vector_kernels.pack_int8(weight, bias)
+    assert panels.dtype == np.int8 and panels.shape == vector_kernels.pack(weight).shape
+    out = vector_kernels.product(x, panels, bias_and_scales, columns)
+    values, scales = vector_kernels.int8_columns(weight)
+    expected = x.astype(np.float64) @ (values.astype(np.float64) * scales) + (0 if bias is None else bias)
+    assert out.shape == (rows, columns)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * depth ** 0.5)
+
+
+def test_int8_rounding_keeps_each_column_within_half_a_step():
+    weight = np.array([[0.5, 0.0, -3.0], [-1.0, 0.0, 2.0], [0.25, 0.0, 1.0]], dtype=np.float32)
+    values, scales = vector_kernels.int8_columns(weight)
+    assert values.dtype == np.int8 and np.abs(values).max(axis=0).tolist() == [127, 0, 127]
+    assert scales.tolist() == pytest.approx([1.0 / 127, 1.0, 3.0 / 127])  # an all-zero column keeps scale 1
+    assert np.all(np.abs(values * scales - weight) <= scales / 2 + 1e-7)
 
 
 @pytest.mark.parametrize("dot", [True, False])

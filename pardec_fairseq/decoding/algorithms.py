@@ -8,7 +8,7 @@ drafters, accepting by top-beta within tau);
 lookahead decoding verifies the n-grams its Jacobi window produced; retrieval drafting continues
 the output as target-side text of a corpus did."""
 from pardec_fairseq.decoding.acceptance import build_gad_plus_plus_acceptance
-from pardec_fairseq.decoding.drafters import NoDraft, bfloat16_products
+from pardec_fairseq.decoding.drafters import NoDraft, draft_products_precision
 from pardec_fairseq.decoding.drafters.block_nat import NATBlockDrafter
 from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
 from pardec_fairseq.decoding.drafters.checkpoints import load_drafter_checkpoint
@@ -61,7 +61,7 @@ def hybrid_jacobi(cfg, src_dict, tgt_dict, models):
 def blockwise_parallel_decoding(cfg, src_dict, tgt_dict, models):
     decoder = models[0].decoder
     return BlockwiseHeadsDrafter(decoder, draft_refinement(cfg, tgt_dict, next(decoder.parameters())),
-                                 cfg.draft_vocab or 0, bfloat16_products(cfg.draft_precision))
+                                 cfg.draft_vocab or 0, draft_products_precision(cfg.draft_precision))
 
 
 @register_algorithm("gad")
@@ -71,7 +71,7 @@ def generalized_aggressive_decoding(cfg, src_dict, tgt_dict, models):
     refinement = draft_refinement(cfg, tgt_dict, next(models[0].parameters()))
     if arch == "draft_head":
         return DraftHeadDrafter.from_state(cfg.drafter_path, state, src_dict, tgt_dict, models[0], refinement,
-                                           cfg.draft_vocab, bfloat16_products(cfg.draft_precision),
+                                           cfg.draft_vocab, draft_products_precision(cfg.draft_precision),
                                            cfg.draft_head_steps, cfg.draft_head_branches, cfg.draft_head_threshold,
                                            cfg.draft_head_nodes)
     if cfg.draft_head_steps is not None or cfg.draft_head_branches != 1 or cfg.draft_head_threshold != 0 \

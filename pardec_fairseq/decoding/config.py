@@ -12,7 +12,7 @@ IAD_REENTRY_CHOICES = ChoiceEnum(["unique", "nearest", "expected"])
 IAD_DRAFT_LENGTH_CHOICES = ChoiceEnum(["auto", "source", "adaptive"])
 VERIFIER_CHOICES = ChoiceEnum(["fast", "fairseq"])
 REFINE_CHOICES = ChoiceEnum(["none", "ngram", "neural"])
-DRAFT_PRECISION_CHOICES = ChoiceEnum(["auto", "float32", "bfloat16"])
+DRAFT_PRECISION_CHOICES = ChoiceEnum(["auto", "float32", "bfloat16", "int8"])
 
 
 @dataclass
@@ -141,9 +141,10 @@ class DecodingConfig(FairseqDataclass):
         metadata={"help": "bpd, and gad with a draft_head: the precision of the drafter's own matrix products on a "
                   "CPU. 'bfloat16' rounds their weights to bfloat16 (half the bytes to read) and multiplies with "
                   "AVX-512's bfloat16 dot product where the CPU has it (avx512_bf16; the inputs rounded too), "
-                  "else in float32 after widening each weight in a register, accumulating in float32: faster "
-                  "drafting calls, slightly different drafts, the same output (the verifier checks every drafted "
-                  "token in float32). 'auto': bfloat16 (faster on every CPU measured)"},
+                  "else in float32 after widening each weight in a register, accumulating in float32; 'int8' "
+                  "rounds them to int8 with a float32 scale per output column (a quarter of the bytes), converted "
+                  "to float32 in registers: faster drafting calls, slightly different drafts, the same output (the "
+                  "verifier checks every drafted token in float32). 'auto': bfloat16 (faster on every CPU measured)"},
     )
     draft_head_steps: Optional[int] = field(
         default=None,

@@ -19,27 +19,35 @@ class Product:
     copy of the weight (``vector_kernels``: measured on this project's AMD CPU, one thread, it beat
     OpenBLAS and oneDNN at every row count from 1 to 160: 11 against 14 and 42 us for one row of a
     (256, 768) weight, 31 against 65 and 63 us for 8 rows), more through oneDNN with the weight packed
-    once (as fast there, and it uses torch's threads). Elsewhere ``addmm``. ``bfloat16``: the kernel's
-    weight in bfloat16 (``vector_kernels.pack_bfloat16``; with AVX-512's bfloat16 dot product the rows
-    too), for a drafter's products alone; more rows than ``KERNEL_ROWS`` still go through oneDNN in
-    float32."""
+    once (as fast there, and it uses torch's threads). Elsewhere ``addmm``. ``precision``: the kernel's
+    weight in float32, bfloat16 (``vector_kernels.pack_bfloat16``; with AVX-512's bfloat16 dot product
+    the rows too) or int8 with a scale per column (``vector_kernels.pack_int8``), the last two for a
+    drafter's products alone; more rows than ``KERNEL_ROWS`` still go through oneDNN in float32."""
 
     KERNEL_ROWS = 64
 
-    def __init__(self, weight: Tensor, bias: Optional[Tensor], bfloat16: bool = False):
+    PRECISIONS = ("float32", "bfloat16", "int8")
+
+    def __init__(self, weight: Tensor, bias: Optional[Tensor], precision: str = "float32"):
+        if precision not in self.PRECISIONS:
+            raise ValueError(f"a product's precision is one of {', '.join(self.PRECISIONS)}, not {precision}")
         self.weight, self.bias = weight.contiguous(), bias
         self.on_kernel = weight.device.type == "cpu" and weight.dtype == torch.float32
         self.packed = None
         if self.on_kernel:
             self.columns = weight.size(1)
-            pack = vector_kernels.pack_bfloat16 if bfloat16 else vector_kernels.pack
-            self.panels = pack(self.weight.numpy())
-            self.panel_bias = vector_kernels.pack_bias(None if bias is None else bias.numpy(), self.columns)
+            weight_array, bias_array = self.weight.numpy(), None if bias is None else bias.numpy()
+            if precision == "int8":
+                self.panels, self.panel_bias = vector_kernels.pack_int8(weight_array, bias_array)
+            else:
+                pack = vector_kernels.pack_bfloat16 if precision == "bfloat16" else vector_kernels.pack
+                self.panels = pack(weight_array)
+                self.panel_bias = vector_kernels.pack_bias(bias_array, self.columns)
             if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.t().contiguous(), 8)
 
     @classmethod
-    def of(cls, *linears: torch.nn.Linear, scale_first: float = 1.0, bfloat16: bool = False) -> "Product":
+    def of(cls, *linears: torch.nn.Linear, scale_first: float = 1.0, precision: str = "float32") -> "Product":
         """The products of ``linears`` side by side (the outputs one after the other: q, k and v in one),
         the first one's output multiplied by ``scale_first`` (the query scaling)."""
         weights, biases = [], []
@@ -50,7 +58,7 @@ class Product:
         bias = None
         if any(b is not None for b in biases):
             bias = torch.cat([w.new_zeros(w.size(1)) if b is None else b for w, b in zip(weights, biases)])
-        return cls(torch.cat(weights, 1), bias, bfloat16)
+        return cls(torch.cat(weights, 1), bias, precision)
 
     def kernel_apply(self, x: np.ndarray) -> np.ndarray:
         """The product of numpy rows ``[rows, in]`` on the vector kernel (CPU, float32)."""

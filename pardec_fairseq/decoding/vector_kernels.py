@@ -79,7 +79,9 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
     ``x`` and ``panels`` multiply-add in float32; int32 ones hold bfloat16 pairs (``bfloat16_pairs``,
     ``pack_bfloat16_pairs``) and go through AVX-512's bfloat16 dot product, two multiply-adds per lane
     and instruction, accumulated in float32; uint16 ``panels`` (``pack_bfloat16_values``) are widened
-    to float32 as they are loaded. ``lanes``: floats per vector (LLVM splits wider ones)."""
+    to float32 as they are loaded, int8 ones (``pack_int8``) converted to float32, their sums then
+    multiplied by the column scales that follow the bias in ``bias``. ``lanes``: floats per vector
+    (LLVM splits wider ones)."""
     vectors = columns // lanes
 
     @intrinsic
@@ -88,9 +90,9 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
         if any(not isinstance(a, types.Array) or a.layout != "C" for a in operands + floats) or \
                 any(a.dtype != types.float32 for a in floats) or \
                 (x.dtype, panels.dtype) not in ((types.float32, types.float32), (types.int32, types.int32),
-                                                (types.float32, types.uint16)):
+                                                (types.float32, types.uint16), (types.float32, types.int8)):
             return None
-        pairs, widened = x.dtype == types.int32, panels.dtype == types.uint16
+        pairs, widened, quantized = x.dtype == types.int32, panels.dtype == types.uint16, panels.dtype == types.int8
         signature = types.void(x, r0, panels, p, q, bias, out, o0, c0)
 
         def codegen(context, builder, signature, args):
@@ -101,9 +103,9 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
             out_data = cgutils.create_struct_proxy(signature.args[6])(context, builder, value=out_arg)
             i64, i32 = ir.IntType(64), ir.IntType(32)
             vector = ir.VectorType(ir.FloatType(), lanes)
-            # what a row of a panel holds: floats, bfloat16 pairs, or bfloat16 values to widen
+            # what a row of a panel holds: floats, bfloat16 pairs, bfloat16 values or int8 ones to widen
             operand = ir.VectorType(i32, lanes) if pairs else ir.VectorType(ir.IntType(16), lanes) if widened \
-                else vector
+                else ir.VectorType(ir.IntType(8), lanes) if quantized else vector
             if pairs:
                 bfloats = ir.VectorType(_BFloat(), 2 * lanes)
                 dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector, bfloats, bfloats]),
@@ -126,14 +128,17 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
 
             def load_vector(pointer, offset, kind=vector):
                 address = builder.gep(pointer, [offset])
-                return builder.load(builder.bitcast(address, kind.as_pointer()), align=2 if widened else 4)
+                alignment = getattr(kind.element, "width", 32) // 8  # a float's, or an integer element's
+                return builder.load(builder.bitcast(address, kind.as_pointer()), align=alignment)
 
             sixteen = ir.Constant(ir.VectorType(i32, lanes), [16] * lanes)
 
             def load_weights(pointer, offset):
                 """A vector of a panel's row as the multiply-adds take it: a bfloat16's bits are the high
-                half of the float32 it stands for."""
+                half of the float32 it stands for; an int8 is converted (its column's scale comes last)."""
                 loaded = load_vector(pointer, offset, operand)
+                if quantized:
+                    return builder.sitofp(builder.sext(loaded, ir.VectorType(i32, lanes)), vector)
                 if not widened:
                     return loaded
                 return builder.bitcast(builder.shl(builder.zext(loaded, ir.VectorType(i32, lanes)), sixteen), vector)
@@ -146,10 +151,14 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
                 stripe_start = builder.mul(builder.udiv(column, stripe), builder.mul(panel_depth, stripe))
                 starts.append(builder.gep(panel, [builder.add(stripe_start, builder.urem(column, stripe))]))
             panel_bias = builder.gep(bias_data.data, [builder.add(builder.mul(p_arg, const(PANEL)), q_arg)])
+            # an int8 weight's column scales follow its bias (``pack_int8``): the sums start at zero and
+            # are scaled, then biased, at the end
+            panel_count = cgutils.unpack_tuple(builder, panel_data.shape, 4)[0]
+            panel_scale = builder.gep(panel_bias, [builder.mul(panel_count, const(PANEL))])
             # accumulators live in stack slots that LLVM promotes to registers
             accumulators = [[cgutils.alloca_once(builder, vector) for _ in range(vectors)] for _ in range(rows)]
             for v in range(vectors):
-                start = load_vector(panel_bias, const(v * lanes))
+                start = ir.Constant(vector, [0.0] * lanes) if quantized else load_vector(panel_bias, const(v * lanes))
                 for r in range(rows):
                     builder.store(start, accumulators[r][v])
             x_rows = [builder.gep(x_data.data, [builder.mul(builder.add(r0_arg, const(r)), depth)])
@@ -171,7 +180,11 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
                                                                   builder.add(c0_arg, q_arg))])
                 for v in range(vectors):
                     target = builder.bitcast(builder.gep(out_row, [const(v * lanes)]), vector.as_pointer())
-                    builder.store(builder.load(accumulators[r][v]), target, align=4)
+                    total = builder.load(accumulators[r][v])
+                    if quantized:
+                        total = builder.call(fma, [total, load_vector(panel_scale, const(v * lanes)),
+                                                   load_vector(panel_bias, const(v * lanes))])
+                    builder.store(total, target, align=4)
             return context.get_dummy_value()
 
         return signature, codegen
@@ -308,6 +321,24 @@ def pack_bfloat16_values(weight: np.ndarray) -> np.ndarray:
     in a register and multiplies in float32, reading half the bytes."""
     packed = pack(weight)
     return bfloat16_bits(packed.reshape(-1)).astype(np.uint16).reshape(packed.shape)
+
+
+def int8_columns(weight: np.ndarray):
+    """An ``(in, out)`` float32 weight as int8 values and a float32 scale per output column (the
+    column's largest magnitude maps to 127): ``values * scales`` is the weight rounded."""
+    scales = np.abs(weight).max(axis=0) / np.float32(127)
+    scales = np.where(scales > 0, scales, np.float32(1)).astype(np.float32)
+    return np.clip(np.rint(weight / scales), -127, 127).astype(np.int8), scales
+
+
+def pack_int8(weight: np.ndarray, bias=None):
+    """An ``(in, out)`` float32 weight rounded to int8 per output column (``int8_columns``), laid out as
+    ``pack`` lays it, a quarter of float32's bytes; and its bias (``None``: zeros) and scales padded to
+    whole panels, one after the other, as the tile reads them."""
+    values, scales = int8_columns(weight)
+    columns = weight.shape[1]
+    return pack(values.astype(np.float32)).astype(np.int8), \
+        np.concatenate([pack_bias(bias, columns), pack_bias(scales, columns)])
 
 
 def pack_bfloat16(weight: np.ndarray) -> np.ndarray:

@@ -40,23 +40,23 @@ def output_tail(state, width):
     return state.tokens.gather(1, columns.clamp(min=0)), columns < 0
 
 
-def bfloat16_products(precision: str) -> bool:
-    """Whether a drafter's own products run in bfloat16 (``--draft-precision``): with 'auto' too, as
-    that was faster on both CPUs measured, with AVX-512's bfloat16 dot product (Zen 4) and without
+def draft_products_precision(precision: str) -> str:
+    """The precision of a drafter's own products (``--draft-precision``, ``Product``'s): 'auto' is
+    bfloat16, faster on both CPUs measured, with AVX-512's bfloat16 dot product (Zen 4) and without
     (Zen 3, AVX2: the weights widened in registers; ``vector_kernels``)."""
-    return precision in ("bfloat16", "auto")
+    return "bfloat16" if precision == "auto" else precision
 
 
-def draft_projection(decoder, words: int, refinement=None, bfloat16: bool = False) -> Product:
+def draft_projection(decoder, words: int, refinement=None, precision: str = "float32") -> Product:
     """``decoder``'s output projection onto its first ``words`` words (all of them with 0), re-laid:
     drafts among the most frequent words are verified as any others, so the output stays the same.
     ``refinement``: the one choosing drafts from the top-k lattice of these words, if any;
-    ``bfloat16``: the product in bfloat16 on a CPU."""
+    ``precision``: that of the product on a CPU (``Product``)."""
     weight, bias = first_words(decoder.output_projection, words)
     if refinement is not None and weight.size(0) < refinement.top_k:
         raise ValueError(f"--draft-vocab {words} keeps fewer words than the lattice's --refine-top-k "
                          f"{refinement.top_k} candidates per position: raise --draft-vocab or lower --refine-top-k")
-    return Product(weight.detach().t(), None if bias is None else bias.detach(), bfloat16)
+    return Product(weight.detach().t(), None if bias is None else bias.detach(), precision)
 
 
 def source_to_target(src_dict, tgt_dict):

@@ -17,11 +17,11 @@ from pardec_fairseq.decoding.proposals import Proposal
 
 
 class BlockwiseHeadsDrafter(Drafter):
-    def __init__(self, decoder, refinement=None, draft_vocab: int = 0, bfloat16: bool = False):
+    def __init__(self, decoder, refinement=None, draft_vocab: int = 0, precision: str = "float32"):
         """``refinement``: a ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from
         the heads' top-k lattice (``None``: each head's top-1); ``draft_vocab``: heads 2..k draft among
-        the dictionary's first ``draft_vocab`` words (0: all); ``bfloat16``: the heads' products in
-        bfloat16 on a CPU (``--draft-precision``)."""
+        the dictionary's first ``draft_vocab`` words (0: all); ``precision``: that of the heads' products
+        on a CPU (``--draft-precision``)."""
         heads = getattr(decoder, "blockwise_heads", None)
         if heads is None:
             raise ValueError("--gen-algo bpd drafts with the heads of a blockwise_transformer model: train one with "
@@ -34,8 +34,9 @@ class BlockwiseHeadsDrafter(Drafter):
         # the heads' feed-forward layer and the projection of heads 2..k in one product each, on
         # re-laid weights (``nn.Linear`` read the output matrix once per head)
         with torch.no_grad():
-            self.fc1, self.fc2 = Product.of(heads.fc1, bfloat16=bfloat16), Product.of(heads.fc2, bfloat16=bfloat16)
-            self.output = draft_projection(decoder, draft_vocab, refinement, bfloat16)
+            self.fc1, self.fc2 = (Product.of(heads.fc1, precision=precision),
+                                  Product.of(heads.fc2, precision=precision))
+            self.output = draft_projection(decoder, draft_vocab, refinement, precision)
 
     def begin(self, net_input, max_len, encoded=None):
         src_tokens = net_input["src_tokens"]

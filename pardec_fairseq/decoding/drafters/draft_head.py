@@ -35,13 +35,13 @@ from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLay
                                               verifier_fingerprint)
 
 
-def relaid(layer: HeadLayer, bfloat16: bool = False) -> DecoderLayer:
+def relaid(layer: HeadLayer, precision: str = "float32") -> DecoderLayer:
     """A head layer as the fast path's decoder layer (pre-norm, relu, the slots' q/k/v in one product),
-    its products in bfloat16 with ``bfloat16``."""
+    its products in ``precision`` on a CPU."""
     scale = (layer.q.out_features // layer.heads) ** -0.5
 
     def product(*linears, scale_first=1.0):
-        return Product.of(*linears, scale_first=scale_first, bfloat16=bfloat16)
+        return Product.of(*linears, scale_first=scale_first, precision=precision)
     encoder = (product(layer.enc_q, scale_first=scale), product(layer.enc_kv), product(layer.enc_out),
                Norm(layer.enc_norm, True))
     return DecoderLayer(layer.heads, product(layer.q, layer.slot_kv, scale_first=scale), product(layer.self_out),
@@ -82,12 +82,12 @@ class _Layers:
 
 
 class DraftHeadDrafter(Drafter):
-    def __init__(self, model: DraftHeadModel, refinement=None, draft_vocab: int = 0, bfloat16: bool = False,
+    def __init__(self, model: DraftHeadModel, refinement=None, draft_vocab: int = 0, precision: str = "float32",
                  steps: Optional[int] = None, branches: int = 1, least_probability: float = 0.0, nodes: int = 0):
         """Drafts with ``model``'s head re-laid (the model is left as it is); ``refinement``: a
         ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from the slots' top-k
         lattice (``None``: each slot's top-1); ``draft_vocab``: the slots draft among the dictionary's
-        first ``draft_vocab`` words (0: all); ``bfloat16``: the head's products in bfloat16 on a CPU;
+        first ``draft_vocab`` words (0: all); ``precision``: that of the head's products on a CPU;
         ``steps``: calls of the head per proposal (``None``: ``default_steps``); ``branches``,
         ``least_probability``: a one-slot head's draft tree keeps per level the ``branches`` likeliest
         paths at least that likely (``draft_tree``; 1 and 0: a chain of ``steps`` tokens), of which
@@ -111,11 +111,11 @@ class DraftHeadDrafter(Drafter):
         self.drafts_trees = (refinement is not None and refinement.drafts > 1) or branches > 1
         self.block_size, self.final_norm = head.block_size, head.final_norm
         with torch.no_grad():
-            self.layers = [relaid(layer, bfloat16) for layer in head.layers]
-            self.memory = [Product.of(layer.memory_kv, bfloat16=bfloat16) for layer in head.layers]
-            self.fuse, self.slot_embedding = Product.of(head.fuse, bfloat16=bfloat16), head.slot_embedding.detach()
+            self.layers = [relaid(layer, precision) for layer in head.layers]
+            self.memory = [Product.of(layer.memory_kv, precision=precision) for layer in head.layers]
+            self.fuse, self.slot_embedding = Product.of(head.fuse, precision=precision), head.slot_embedding.detach()
             decoder = self.verifier.decoder
-            self.output_layer = draft_projection(decoder, draft_vocab, refinement, bfloat16) \
+            self.output_layer = draft_projection(decoder, draft_vocab, refinement, precision) \
                 if has_fairseq_output_layer(decoder, draft_vocab) else decoder.output_layer
         words = draft_vocab or len(self.verifier.decoder.dictionary)  # draft_projection checked draft_vocab
         if branches > words:
@@ -131,7 +131,7 @@ class DraftHeadDrafter(Drafter):
 
     @classmethod
     def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=None,
-                   bfloat16: bool = False, steps: Optional[int] = None, branches: int = 1,
+                   precision: str = "float32", steps: Optional[int] = None, branches: int = 1,
                    least_probability: float = 0.0, nodes: int = 0):
         """``draft_vocab``: ``None`` for the words the head was trained to draft among."""
         saved = state.get("task_state", {})
@@ -150,7 +150,7 @@ class DraftHeadDrafter(Drafter):
         parameter = next(verifier.parameters())
         if draft_vocab is None:
             draft_vocab = getattr(state["cfg"].task, "draft_vocab", None) or 0
-        return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement, draft_vocab, bfloat16,
+        return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement, draft_vocab, precision,
                    steps, branches, least_probability, nodes)
 
     def begin(self, net_input, max_len, encoded=None):
