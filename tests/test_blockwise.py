@@ -19,6 +19,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.cli import analyze_heads
 from pardec_fairseq.decoding import build_generator, vector_kernels
+from pardec_fairseq.decoding.fast_ops import Product
 from pardec_fairseq.criterions.blockwise_cross_entropy import (BlockwiseCrossEntropyCriterion,
                                                                parse_head_weights, shifted_targets)
 from pardec_fairseq.models.blockwise_transformer import BlockwiseTransformerModel, blockwise_architecture
@@ -266,3 +267,8 @@ def test_draft_precision_sets_the_kind_of_the_heads_products(precision):
     bfloat16 = np.int32 if vector_kernels.has_bfloat16_dot() else np.uint16
     expected = {"float32": np.float32, "bfloat16": bfloat16, "int8": np.int8, "auto": bfloat16}[precision]
     assert {product.panels.dtype for product in (drafter.fc1, drafter.fc2, drafter.output)} == {np.dtype(expected)}
+
+
+def test_a_product_of_an_unknown_precision_is_refused():
+    with pytest.raises(ValueError, match="one of float32, bfloat16, int8, not float16"):
+        Product(torch.ones(2, 3), None, "float16")
