@@ -90,6 +90,24 @@ def test_freeze_base_trains_only_the_heads(toy_experiment):
                        "decoder.blockwise_heads.fc2.weight", "decoder.blockwise_heads.fc2.bias"}
 
 
+def test_a_frozen_base_trains_without_dropout_and_its_heads_with_it(toy_experiment):
+    """In training mode a frozen base computes what it computes when decoding; the heads keep dropout."""
+    dictionary = toy_dictionary(toy_experiment)
+    batch = make_batch(dictionary, [[4, 5, 6, 7], [8, 9]])
+    net_input = {**batch["net_input"], "prev_output_tokens": torch.tensor([[2, 10, 11, 12], [2, 13, 1, 1]])}
+    frozen = build_blockwise(dictionary, block_heads=3, freeze_base=True, dropout=0.5)
+    decoding = frozen(**net_input, features_only=True)[0]
+    frozen.train()
+    features = [frozen(**net_input, features_only=True)[0] for _ in range(2)]
+    torch.testing.assert_close(features[0], decoding)
+    torch.testing.assert_close(features[1], decoding)
+    heads = [frozen.decoder.head_logits(decoding, [1])[0] for _ in range(2)]
+    assert not torch.allclose(heads[0], heads[1])
+    assert not frozen.train(False).decoder.blockwise_heads.training
+    trained = build_blockwise(dictionary, block_heads=3, dropout=0.5).train()
+    assert not torch.allclose(trained(**net_input, features_only=True)[0], trained(**net_input, features_only=True)[0])
+
+
 def test_targets_shift_left_by_the_head_index():
     pad = 1
     target = torch.tensor([[10, 11, 12, 2], [20, 2, pad, pad]])
