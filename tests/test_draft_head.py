@@ -598,49 +598,32 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
 
 
 @pytest.mark.slow
-def test_draft_head_recipe_distills_trains_and_benchmarks_with_the_recipes_options(toy_experiment, tmp_path):
-    """What ``run.sh --draft-head`` runs: the verifier's greedy outputs, a head trained on them with the
-    recipe's ``--head-*`` options (the last one given wins), the benchmark of greedy and gad with it."""
-    save = tmp_path / "verifier"
-    save.mkdir()
-    (save / "checkpoint_best.pt").symlink_to(toy_experiment["checkpoint"])
-    root = toy_experiment["root"]
-    output = run_script("draft_head_recipe.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt",
-                        "--references", root / "test.tgt", "--head-draft-vocab", 8, "--head-minutes", 0.05,
-                        "--head-block-size", 2, "--head-draft-vocab", 16, "--head-algorithms", "gad",
-                        "--", "--max-sentences", 8, "--batch-size", 4, "--repetitions", 1, "--detok", "space",
-                        "--name", "bench")
-    head = save / "head_k2_l1_v16_m0.05"
-    assert (save / "self_distilled" / ".done").exists() and (head / ".trained").exists(), output
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(head / "checkpoint_last.pt"))
-    assert state["cfg"]["task"].block_size == 2 and state["cfg"]["task"].draft_vocab == 16
-    report = json.loads((head / "bench.json").read_text())
-    rows = {row["algorithm"]: row for row in report["results"]}
-    assert report["meta"]["sentences"] == 8 and rows["gad"]["identical_to_greedy"] == 1.0
-    unknown = subprocess.run(["bash", str(REPO / "scripts" / "draft_head_recipe.sh"), str(toy_experiment["data"]),
-                              str(save), "--minutes", "5"], capture_output=True, text=True, timeout=60)
-    assert unknown.returncode == 2 and "draft_head_recipe.sh: unknown option --minutes" in unknown.stderr
-
-
-@pytest.mark.slow
-def test_draft_head_recipe_compares_the_three_drafters_at_equal_training_time(toy_experiment, tmp_path):
-    """``--head-compare``: GAD's block drafter and frozen BPD heads, built like the verifier (its preset),
-    trained as long as the head on the same outputs with ``--compare-block-size`` slots, each
-    benchmarked beside greedy; the head itself has one slot by default."""
+def test_draft_head_recipe_trains_the_head_and_compares_the_three_drafters(toy_experiment, tmp_path):
+    """What ``run.sh --draft-head --head-compare`` runs: the verifier's greedy outputs, a head trained on
+    them with the recipe's ``--head-*`` options (the last one given wins), the benchmark of greedy and gad
+    with it; then GAD's block drafter and frozen BPD heads, built like the verifier (its preset), trained
+    as long on the same outputs with ``--compare-block-size`` slots, each benchmarked beside greedy."""
     save = tmp_path / "verifier"
     run_script("train_transformer.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt", "--preset", "cpu",
                "--", "--max-update", 2)
     output = run_script("draft_head_recipe.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt",
-                        "--references", toy_experiment["root"] / "test.tgt", "--head-minutes", 0.05,
-                        "--head-compare", "--compare-block-size", 2, "--preset", "cpu",
-                        "--", "--max-sentences", 6, "--batch-size", 3, "--repetitions", 1, "--detok", "space",
-                        "--name", "bench")
-    for folder, algorithm in (("head_k1_l1_m0.05", "gad"), ("block_nat_k2_m0.05", "gad"), ("bpd_k2_m0.05", "bpd")):
+                        "--references", toy_experiment["root"] / "test.tgt", "--head-draft-vocab", 8,
+                        "--head-minutes", 0.05, "--head-block-size", 2, "--head-draft-vocab", 16,
+                        "--head-algorithms", "gad", "--head-compare", "--compare-block-size", 2, "--preset", "cpu",
+                        "--", "--max-sentences", 4, "--batch-size", 2, "--max-len-b", 6, "--repetitions", 1,
+                        "--detok", "space", "--name", "bench")
+    assert (save / "self_distilled" / ".done").exists(), output
+    head = checkpoint_utils.load_checkpoint_to_cpu(str(save / "head_k2_l1_v16_m0.05" / "checkpoint_last.pt"))
+    assert head["cfg"]["task"].block_size == 2 and head["cfg"]["task"].draft_vocab == 16
+    for folder, algorithm in (("head_k2_l1_v16_m0.05", "gad"), ("block_nat_k2_m0.05", "gad"), ("bpd_k2_m0.05", "bpd")):
         assert (save / folder / ".trained").exists(), output
         report = json.loads((save / folder / "bench.json").read_text())
         rows = {row["algorithm"]: row for row in report["results"]}
-        assert report["meta"]["sentences"] == 6 and rows[algorithm]["identical_to_greedy"] == 1.0
+        assert report["meta"]["sentences"] == 4 and rows[algorithm]["identical_to_greedy"] == 1.0
     block_nat = checkpoint_utils.load_checkpoint_to_cpu(str(save / "block_nat_k2_m0.05" / "checkpoint_last.pt"))
     heads = checkpoint_utils.load_checkpoint_to_cpu(str(save / "bpd_k2_m0.05" / "checkpoint_last.pt"))
     assert block_nat["cfg"]["task"].block_size == 2 and heads["cfg"]["model"].block_heads == 2
     assert heads["cfg"]["model"].freeze_base
+    unknown = subprocess.run(["bash", str(REPO / "scripts" / "draft_head_recipe.sh"), str(toy_experiment["data"]),
+                              str(save), "--minutes", "5"], capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2 and "draft_head_recipe.sh: unknown option --minutes" in unknown.stderr
