@@ -25,10 +25,8 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
   exit 1
 fi
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-# this machine's pip.conf names local indexes that may be absent: drop pip's warnings about them;
-# no byte-compiling at install (most of torch's modules are never imported; those that are compile once)
-pip() { "$venv/bin/python" -m pip install --disable-pip-version-check --no-compile -q "$@" \
-  2> >(grep -v "^WARNING: Location" >&2); }
+# this machine's pip.conf names local indexes that may be absent: drop pip's warnings about them
+pip() { "$venv/bin/python" -m pip install --disable-pip-version-check -q "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 echo "setup_venv.sh: installing into $venv ($torch_spec)"
 if [ "$torch_spec" = "torch==2.13.0" ] && "$venv/bin/python" -c 'import torch, sys; sys.exit("+cpu" not in torch.__version__)' 2>/dev/null; then
   "$venv/bin/python" -m pip uninstall -q -y torch  # torch==2.13.0 would count the CPU build as installed
