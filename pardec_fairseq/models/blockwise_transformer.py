@@ -90,7 +90,8 @@ class BlockwiseTransformerModel(TransformerModel):
                             help="initialise every parameter but the heads from a trained 'transformer' "
                             "checkpoint with the same dictionaries and sizes")
         parser.add_argument("--freeze-base", action="store_true",
-                            help="train only the heads (Stern et al. 6.1 'frozen')")
+                            help="train only the heads (Stern et al. 6.1 'frozen'); the base runs without "
+                            "dropout, as when decoding")
 
     @classmethod
     def build_model(cls, args, task):
