@@ -122,10 +122,10 @@ class BlockwiseTransformerModel(TransformerModel):
         """With ``--freeze-base`` only the heads train: the base runs without dropout, as it does when
         decoding, so the heads learn from the states they will draft from (with dropout, head 1 of the
         frozen demo verifier matched its own greedy outputs 73% of the time in training)."""
-        super().train(mode)
-        if mode and getattr(self.args, "freeze_base", False):
-            super().train(False)
-            self.decoder.blockwise_heads.train(True)
+        frozen = getattr(self.args, "freeze_base", False)
+        super().train(mode and not frozen)
+        if frozen:
+            self.decoder.blockwise_heads.train(mode)
         return self
 
     def load_base(self, path):
