@@ -600,22 +600,23 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
 @pytest.mark.slow
 def test_draft_head_recipe_trains_the_head_and_compares_the_three_drafters(toy_experiment, tmp_path):
     """What ``run.sh --draft-head --head-compare`` runs: the verifier's greedy outputs, a head trained on
-    them with the recipe's ``--head-*`` options (the last one given wins), the benchmark of greedy and gad
-    with it; then GAD's block drafter and frozen BPD heads, built like the verifier (its preset), trained
-    as long on the same outputs with ``--compare-block-size`` slots, each benchmarked beside greedy."""
+    them with the recipe's ``--head-*`` options (the last one given wins; one slot by default), the
+    benchmark of greedy and gad with it; then GAD's block drafter and frozen BPD heads, built like the
+    verifier (its preset), trained as long on the same outputs with ``--compare-block-size`` slots,
+    each benchmarked beside greedy."""
     save = tmp_path / "verifier"
     run_script("train_transformer.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt", "--preset", "cpu",
                "--", "--max-update", 2)
     output = run_script("draft_head_recipe.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt",
                         "--references", toy_experiment["root"] / "test.tgt", "--head-draft-vocab", 8,
-                        "--head-minutes", 0.05, "--head-block-size", 2, "--head-draft-vocab", 16,
+                        "--head-minutes", 0.05, "--head-draft-vocab", 16,
                         "--head-algorithms", "gad", "--head-compare", "--compare-block-size", 2, "--preset", "cpu",
                         "--", "--max-sentences", 4, "--batch-size", 2, "--max-len-b", 6, "--repetitions", 1,
                         "--detok", "space", "--name", "bench")
     assert (save / "self_distilled" / ".done").exists(), output
-    head = checkpoint_utils.load_checkpoint_to_cpu(str(save / "head_k2_l1_v16_m0.05" / "checkpoint_last.pt"))
-    assert head["cfg"]["task"].block_size == 2 and head["cfg"]["task"].draft_vocab == 16
-    for folder, algorithm in (("head_k2_l1_v16_m0.05", "gad"), ("block_nat_k2_m0.05", "gad"), ("bpd_k2_m0.05", "bpd")):
+    head = checkpoint_utils.load_checkpoint_to_cpu(str(save / "head_k1_l1_v16_m0.05" / "checkpoint_last.pt"))
+    assert head["cfg"]["task"].block_size == 1 and head["cfg"]["task"].draft_vocab == 16
+    for folder, algorithm in (("head_k1_l1_v16_m0.05", "gad"), ("block_nat_k2_m0.05", "gad"), ("bpd_k2_m0.05", "bpd")):
         assert (save / folder / ".trained").exists(), output
         report = json.loads((save / folder / "bench.json").read_text())
         rows = {row["algorithm"]: row for row in report["results"]}
