@@ -19,6 +19,8 @@ from fairseq.sequence_generator import SequenceGenerator
 from conftest import TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.cli import analyze_heads
 from pardec_fairseq.decoding import build_generator, vector_kernels
+from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
+from pardec_fairseq.decoding.drafters.refinement import LatticeRescoring
 from pardec_fairseq.decoding.fast_ops import Product
 from pardec_fairseq.criterions.blockwise_cross_entropy import (BlockwiseCrossEntropyCriterion,
                                                                parse_head_weights, shifted_targets)
@@ -273,6 +275,35 @@ def test_bpd_equals_fairseq_greedy_of_head_one(seed, block_heads, zero_heads, id
         analysis = analyze_heads.analyze([model], dictionary, [collated], 0.0, max_len_b, top_ks=[1, 2])
         assert analysis.passes[1] == {s.id: s.iterations for s in stats.per_sentence}
         assert analysis.lengths == {s.id: s.hyp_len for s in stats.per_sentence}
+
+
+@pytest.mark.parametrize("block_heads, identity_first_head, precision, draft_vocab, top_k", [
+    (4, True, "float32", 0, 0), (4, False, "float32", 9, 0), (2, True, "int8", 0, 0), (5, False, "bfloat16", 0, 0),
+    (4, True, "float32", 0, 3), (3, False, "float32", 9, 2)])
+@torch.no_grad()
+def test_the_compiled_heads_draft_as_the_torch_operations_do(block_heads, identity_first_head, precision, draft_vocab,
+                                                             top_k):
+    """``top_k``: the lattice of a refinement (0: each head's top-1), at a chain's and a tree's kept position."""
+    dictionary = make_dictionary(20)
+    model = model_for("bpd", dictionary, block_heads, identity_first_head=identity_first_head, seed=6)
+    refinement = LatticeRescoring(top_k, drafts=1) if top_k else None
+    compiled, plain = (BlockwiseHeadsDrafter(model.decoder, refinement, draft_vocab, precision) for _ in range(2))
+    assert compiled.compiled
+    plain.compiled = False  # as on a GPU
+    states = torch.randn(3, 5, model.decoder.output_embed_dim, generator=torch.Generator().manual_seed(7))
+    scores = SimpleNamespace(hidden_states=lambda model: states)
+    tree_path = torch.tensor([[0, 2, 3], [0, 1, 4], [0, 3, 4]])
+    for verdict in (SimpleNamespace(path=None, accepted=torch.tensor([0, 4, 2])),
+                    SimpleNamespace(path=tree_path, accepted=torch.tensor([2, 1, 0]))):
+        for drafter in (compiled, plain):
+            drafter.begin({"src_tokens": torch.ones(3, 2, dtype=torch.long)}, 10)
+            drafter.update(scores, verdict, None)
+        if top_k:
+            assert torch.equal(compiled.lattice.tokens, plain.lattice.tokens)
+            torch.testing.assert_close(compiled.lattice.scores, plain.lattice.scores)
+            assert compiled.lattice.tokens.shape == (3, block_heads - 1, top_k)
+        else:
+            assert torch.equal(compiled.draft, plain.draft) and compiled.draft.shape == (3, block_heads - 1)
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8", "auto"])

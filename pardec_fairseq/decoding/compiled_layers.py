@@ -109,6 +109,23 @@ def log_sum_exp(x):
     return highest + np.log(total)
 
 
+@numba.njit(cache=True, nogil=True)
+def top_words(scores, tokens, values):
+    """The ``len(tokens)`` highest of ``scores`` ``[words]``: their words into ``tokens`` and scores into
+    ``values``, best first (the first of equal ones first, as ``argmax``)."""
+    width = tokens.shape[0]
+    for w in range(width):
+        tokens[w], values[w] = 0, -np.inf
+    for v in range(scores.shape[0]):
+        x = scores[v]
+        if x > values[width - 1]:
+            j = width - 1
+            while j > 0 and x > values[j - 1]:
+                tokens[j], values[j] = tokens[j - 1], values[j - 1]
+                j -= 1
+            tokens[j], values[j] = v, x
+
+
 @numba.njit(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"})
 def _softmax_rows(scores):
     """Each row of ``scores`` ``[n, columns]`` becomes its softmax, in place (-inf scores become 0);

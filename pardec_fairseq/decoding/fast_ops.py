@@ -60,6 +60,12 @@ class Product:
             bias = torch.cat([w.new_zeros(w.size(1)) if b is None else b for w, b in zip(weights, biases)])
         return cls(torch.cat(weights, 1), bias, precision)
 
+    @property
+    def operands(self):
+        """The packed weight as compiled code passes it to ``vector_kernels.product``: ``(panels, bias,
+        columns)`` (on the kernel only)."""
+        return self.panels, self.panel_bias, self.columns
+
     def kernel_apply(self, x: np.ndarray) -> np.ndarray:
         """The product of numpy rows ``[rows, in]`` on the vector kernel (CPU, float32)."""
         return vector_kernels.product(np.ascontiguousarray(x), self.panels, self.panel_bias, self.columns)

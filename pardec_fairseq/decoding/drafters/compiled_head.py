@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from pardec_fairseq.decoding import vector_kernels
-from pardec_fairseq.decoding.compiled_layers import CompiledLayers, log_sum_exp, norm_rows, pass_layers
+from pardec_fairseq.decoding.compiled_layers import CompiledLayers, log_sum_exp, norm_rows, pass_layers, top_words
 
 
 @numba.njit(cache=True, nogil=True)
@@ -60,19 +60,9 @@ def _draft(tokens, last_states, embeddings, fuse, slot_embedding, final_norm, ou
 def _best_words(logits, tokens, log_probs):
     """The ``len(tokens)`` likeliest words of ``logits`` ``[words]`` into ``tokens``, best first (the
     first of equal ones first, as ``argmax``), their log-probabilities into ``log_probs``."""
-    width = tokens.shape[0]
-    for w in range(width):
-        tokens[w], log_probs[w] = 0, -np.inf
-    for v in range(logits.shape[0]):
-        x = logits[v]
-        if x > log_probs[width - 1]:
-            j = width - 1
-            while j > 0 and x > log_probs[j - 1]:
-                tokens[j], log_probs[j] = tokens[j - 1], log_probs[j - 1]
-                j -= 1
-            tokens[j], log_probs[j] = v, x
+    top_words(logits, tokens, log_probs)
     normaliser = log_sum_exp(logits)
-    for w in range(width):
+    for w in range(tokens.shape[0]):
         log_probs[w] -= normaliser
 
 
@@ -190,10 +180,6 @@ def _remember(states, first, memory, keys, values):
                         values[layer][r, h, column, c] = keys_values[r * m + j, width + h * head_dim + c]
 
 
-def _packed(product):
-    return product.panels, product.panel_bias, product.columns
-
-
 class CompiledHead:
     """A ``DraftHeadDrafter``'s weights as the compiled calls read them (its layers, fusion, final
     norm, draft projection and memory products re-laid by the drafter)."""
@@ -202,11 +188,11 @@ class CompiledHead:
                  output, memory):
         self.layer_weights = layers.weights
         self.embeddings = embeddings.detach().numpy()
-        self.fuse, self.output = _packed(fuse), _packed(output)
+        self.fuse, self.output = fuse.operands, output.operands
         self.slot_embedding = slot_embedding.detach().numpy()
         self.final_norm = (final_norm.weight.detach().numpy(), final_norm.bias.detach().numpy(),
                            np.float32(final_norm.eps))
-        self.memory = tuple(_packed(product) for product in memory)
+        self.memory = tuple(product.operands for product in memory)
 
     def draft(self, cache, tokens: Tensor, last_states: Tensor, lengths: Tensor, sees: Tensor,
               steps: int = 1) -> Tensor:
