@@ -283,15 +283,14 @@ def test_fairseq_train_trains_the_drafter_and_gad_decodes_with_it(toy_experiment
     beta_one = run_fairseq(*generate, "--gen-algo", "gad++", "--drafter-path", drafter, "--gad-top-beta", 1,
                            "--gad-tau", 3.0, "--batch-size", 16)
     assert hypotheses(beta_one) == greedy
-    near_misses = run_fairseq(*generate, "--gen-algo", "gad++", "--drafter-path", drafter, "--gad-top-beta", 5,
-                              "--gad-tau", 3.0, "--batch-size", 16)
-    assert len(hypotheses(near_misses)) == 100
+    # a wrong --drafter-path stops fairseq-generate with the plugin's message (one command shows it
+    # reaches the user; the others are checked where fairseq-generate meets them)
     with pytest.raises(AssertionError, match="is a transformer checkpoint, not a drafter"):
         run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", toy_experiment["checkpoint"])
-    with pytest.raises(AssertionError, match=r"--gen-algo gad and gad\+\+ draft with a trained drafter: pass its"):
-        run_fairseq(*generate, "--gen-algo", "gad")
-    with pytest.raises(AssertionError, match="--drafter-path nowhere.pt: no such checkpoint file"):
-        run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", "nowhere.pt")
+    with pytest.raises(ValueError, match=r"--gen-algo gad and gad\+\+ draft with a trained drafter: pass its"):
+        load_drafter_checkpoint(None)
+    with pytest.raises(ValueError, match="--drafter-path nowhere.pt: no such checkpoint file"):
+        load_drafter_checkpoint("nowhere.pt")
     # a drafter trained on other dictionaries is refused before decoding
     state = checkpoint_utils.load_checkpoint_to_cpu(str(drafter))
     state["task_state"]["target_symbols"][7] = "another-word"
