@@ -68,7 +68,7 @@ class Product:
 
     def kernel_apply(self, x: np.ndarray) -> np.ndarray:
         """The product of numpy rows ``[rows, in]`` on the vector kernel (CPU, float32)."""
-        return vector_kernels.product(np.ascontiguousarray(x), self.panels, self.panel_bias, self.columns)
+        return vector_kernels.product(np.ascontiguousarray(x), *self.operands)
 
     def __call__(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, x.size(-1))
