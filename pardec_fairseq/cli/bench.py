@@ -145,7 +145,3 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
-
-
-if __name__ == "__main__":
-    main()
