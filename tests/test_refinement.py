@@ -58,6 +58,35 @@ def test_the_ngram_model_backs_off_to_the_longest_context_seen():
         NgramLM(corpus([5]), order=1, vocab_size=20)
 
 
+def counted_backoff(text, order, context, word, backoff=0.4):
+    """Stupid backoff from n-gram counts made by hand: the reference of the model's hash tables."""
+    text = [int(t) for t in text]
+    count = lambda gram: sum(tuple(text[i: i + len(gram)]) == gram for i in range(len(text) - len(gram) + 1))
+    context = tuple(int(t) for t in context)[len(context) - min(len(context), order - 1):]
+    for m in range(len(context), -1, -1):
+        seen = count(context[len(context) - m:] + (word,))
+        if seen:
+            after = len(text) if m == 0 else count(context[len(context) - m:])
+            return math.log(seen / after) + (len(context) - m) * math.log(backoff)
+    return (len(context) + 1) * math.log(backoff) - math.log(len(text) + 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sentences=st.lists(st.lists(st.integers(4, 12), max_size=12), min_size=1, max_size=30),
+       order=st.integers(2, 4), queries=st.lists(st.tuples(st.lists(st.integers(2, 14), max_size=4),
+                                                           st.integers(2, 14)), min_size=1, max_size=30))
+def test_the_ngram_model_scores_as_counting_by_hand(sentences, order, queries):
+    """Small vocabularies fill the hash tables' slots densely and make keys share their first slot."""
+    text = corpus(*sentences)
+    lm = NgramLM(text, order, vocab_size=15)
+    width = order - 1
+    contexts = np.array([[EOS] * (width - len(c[-width:])) + c[-width:] if width else [] for c, _ in queries])
+    lengths = np.array([min(len(c), width) for c, _ in queries])
+    words = np.array([w for _, w in queries])
+    expected = [counted_backoff(text, order, contexts[i][width - lengths[i]:], words[i]) for i in range(len(queries))]
+    assert lm.log_scores(contexts, lengths, words) == pytest.approx(expected)
+
+
 def test_rescoring_repairs_a_repeated_draft():
     """Heads 2 and 3 both say 7 first (Kim et al.'s repetition); the corpus never repeats it."""
     lm = NgramLM(corpus([6, 7, 8], [6, 7, 9], [7, 8]), order=2, vocab_size=20)

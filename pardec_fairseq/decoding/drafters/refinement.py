@@ -66,26 +66,22 @@ class LatticeRescoring:
 
     def propose(self, lattice: Lattice, state) -> Proposal:
         """The best paths as a proposal after each row's accepted output (``state``): a chain for one
-        draft, else a tree of the paths sharing their common prefixes."""
+        draft, else a tree of the paths sharing their common prefixes. One compiled call from the
+        state's tokens to the proposal: the torch operations that gathered each row's context cost
+        more than the search."""
         rows, positions, k = lattice.tokens.shape
         device = lattice.tokens.device
         if positions == 0:
             return Proposal(tokens=lattice.tokens[:, :, 0], lengths=torch.zeros_like(state.lengths))
-        tokens = lattice.tokens.cpu().numpy()
-        context, context_lengths = self._context(state)
-        paths, found = self.best_paths(tokens, lattice.scores.cpu().numpy(), context, context_lengths)
-        if paths.shape[1] == 1:
-            return Proposal(tokens=torch.from_numpy(paths[:, 0]).to(device),
-                            lengths=torch.from_numpy(found[:, 0] * positions).to(device))
-        draft, parents, nodes = tree_of_paths(paths, found * positions)
-        return Proposal(tokens=torch.from_numpy(draft).to(device), lengths=torch.from_numpy(nodes).to(device),
-                        parents=torch.from_numpy(parents).to(device))
-
-    def _context(self, state):
-        """Each row's last ``order - 1`` accepted tokens (BOS included), right-aligned, and how many
-        of them there are."""
-        context, _ = output_tail(state, self.remembered)
-        return context.cpu().numpy(), np.minimum(state.lengths.cpu().numpy() + 1, self.remembered)
+        drafts = min(self.drafts, k ** positions)
+        tables = self.lm.tables if self.lm is not None else _NO_TABLES
+        draft, parents, lengths = _refined_proposal(
+            lattice.tokens.cpu().numpy(), lattice.scores.cpu().numpy(), state.tokens.cpu().numpy(),
+            state.lengths.cpu().numpy(), drafts, self.remembered, float(self.weight), self.lm is not None, *tables)
+        draft, lengths = torch.from_numpy(draft).to(device), torch.from_numpy(lengths).to(device)
+        if drafts == 1:
+            return Proposal(tokens=draft, lengths=lengths)
+        return Proposal(tokens=draft, lengths=lengths, parents=torch.from_numpy(parents).to(device))
 
     def best_paths(self, tokens: np.ndarray, scores: np.ndarray, context: np.ndarray, context_lengths: np.ndarray):
         """``[rows, drafts, positions]`` the best paths' tokens, best first, and ``[rows, drafts]``
@@ -98,7 +94,7 @@ class LatticeRescoring:
                            self.remembered, float(self.weight), self.lm is not None, *tables)
 
 
-_NO_TABLES = (np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(2, np.int64), 1, 1, 2, 0.0)
+_NO_TABLES = (np.zeros((2, 2), np.int64), np.zeros(2, np.int64), 1, 1, 2, 0.0)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -113,7 +109,7 @@ def _insert(values, origins, value, origin):
 
 @numba.njit(cache=True, nogil=True)
 def _best_paths(tokens, scores, context, context_lengths, drafts, remembered, weight, use_lm,
-                keys, counts, offsets, total, bits, order, log_backoff):
+                slots, offsets, total, bits, order, log_backoff):
     """k-best Viterbi per row. The state after position j is the last ``min(j + 1, remembered)``
     choices, a number in base k (the latest choice least significant); each state keeps its
     ``drafts`` best partial paths and, per path, the index (state x drafts + rank) of the path it
@@ -147,8 +143,8 @@ def _best_paths(tokens, scores, context, context_lengths, drafts, remembered, we
                 for c in range(k):
                     step = scores[row, j, c]
                     if use_lm:
-                        step += weight * stupid_backoff(history, known, tokens[row, j, c], keys, counts, offsets,
-                                                        total, bits, order, log_backoff)
+                        step += weight * stupid_backoff(history, known, tokens[row, j, c], slots, offsets, total,
+                                                        bits, order, log_backoff)
                     target = state * k + c if grows else (state % kept) * k + c
                     for rank in range(drafts):
                         value = best[state, rank] + step
@@ -173,6 +169,28 @@ def _best_paths(tokens, scores, context, context_lengths, drafts, remembered, we
                 paths[row, q, j] = tokens[row, j, state % k]
                 at = pointers[j, state, at % drafts]
     return paths, found
+
+
+@numba.njit(cache=True, nogil=True)
+def _refined_proposal(tokens, scores, output, lengths, drafts, remembered, weight, use_lm, slots, offsets, total, bits,
+                      order, log_backoff):
+    """``LatticeRescoring.propose`` from the lattice and the state's ``output`` ``[rows, columns]`` (BOS,
+    then ``lengths[r]`` accepted tokens): each row's last ``remembered`` tokens as the n-gram's context
+    (BOS repeated before the output's start), the best paths, and the draft: the best path with
+    ``drafts`` 1 (no parents: a chain), else the tree of the paths (``tree_of_paths``)."""
+    rows, positions = tokens.shape[0], tokens.shape[1]
+    context = np.empty((rows, remembered), np.int64)
+    context_lengths = np.empty(rows, np.int64)
+    for r in range(rows):
+        for i in range(remembered):
+            context[r, i] = output[r, max(lengths[r] - remembered + 1 + i, 0)]
+        context_lengths[r] = min(lengths[r] + 1, remembered)
+    paths, found = _best_paths(tokens, scores, context, context_lengths, drafts, remembered, weight, use_lm, slots,
+                               offsets, total, bits, order, log_backoff)
+    path_lengths = found.astype(np.int64) * positions
+    if drafts == 1:
+        return paths[:, 0].copy(), np.empty((rows, 0), np.int64), path_lengths[:, 0].copy()
+    return tree_of_paths(paths, path_lengths)
 
 
 class LocalNeuralRescoring:
