@@ -457,3 +457,23 @@ def test_the_compiled_advance_is_the_vectorised_one(rows, max_len, data):
     assert torch.equal(compiled_done, done) and torch.equal(compiled_lengths, output_lengths)
     for field in ("tokens", "cumulative", "lengths"):
         assert torch.equal(getattr(states[0], field), getattr(states[1], field))
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 4), max_len=st.integers(1, 8), k=st.integers(1, 6), data=st.data())
+def test_the_compiled_pass_tokens_are_the_vectorised_ones(rows, max_len, k, data):
+    """On a CPU a chain's pass tokens come from one compiled call: the same tokens and drafts cut at the
+    length limit as the torch operations a GPU runs, for rows at any length up to the limit."""
+    state = DecodingState.begin(rows, max_len, 2, 1, torch.device("cpu"))
+    state.tokens.copy_(torch.tensor(data.draw(st.lists(st.lists(st.integers(3, 9), min_size=state.tokens.size(1),
+                                                                max_size=state.tokens.size(1)),
+                                                       min_size=rows, max_size=rows))))
+    state.lengths.copy_(torch.tensor(data.draw(st.lists(st.integers(0, max_len), min_size=rows, max_size=rows))))
+    drafted = torch.tensor(data.draw(st.lists(st.integers(0, k), min_size=rows, max_size=rows)))
+    proposal = Proposal(tokens=torch.randint(3, 20, (rows, k)), lengths=drafted)
+    compiled, compiled_tokens = DraftVerifyDecoder._pass_tokens(proposal, state, max_len)
+    vectorised, tokens = DraftVerifyDecoder.chain_pass_tokens_vectorised(proposal, state, max_len)
+    assert torch.equal(compiled_tokens, tokens) and torch.equal(compiled.tokens, vectorised.tokens)
+    assert torch.equal(compiled.lengths, vectorised.lengths)
+    assert torch.equal(tokens[:, 0], state.tokens.gather(1, state.lengths.unsqueeze(1)).squeeze(1))
+    assert bool((state.lengths + vectorised.lengths <= max_len).all())
