@@ -20,7 +20,8 @@ from pardec_fairseq.decoding import DecodingConfig, build_generator
 from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
 from pardec_fairseq.decoding.drafters.ngram_lm import NgramLM
-from pardec_fairseq.decoding.drafters.refinement import Lattice, LatticeRescoring, LocalNeuralRescoring, tree_of_paths
+from pardec_fairseq.decoding.drafters.refinement import (_NO_TABLES, Lattice, LatticeRescoring, LocalNeuralRescoring,
+                                                          _best_paths, tree_of_paths)
 from pardec_fairseq.tasks.target_language_modeling import SentencesAfterEos
 from conftest import REPO, USER_DIR, run_fairseq
 from test_blockwise import BLOCKWISE, hypotheses
@@ -139,7 +140,10 @@ def test_the_search_returns_the_best_paths_of_the_lattice(data, rows, positions,
     scores = np.log(generator.dirichlet(np.ones(k), size=(rows, positions)))
     context = generator.integers(4, 9, size=(rows, rescoring.remembered))
     context_lengths = np.array([data.draw(st.integers(1, rescoring.remembered)) for _ in range(rows)])
-    paths, found = rescoring.best_paths(tokens, scores, context, context_lengths)
+    tables = rescoring.lm.tables if with_lm else _NO_TABLES
+    paths, found = _best_paths(tokens.astype(np.int64), scores, context.astype(np.int64),
+                               context_lengths.astype(np.int64), min(drafts, k ** positions), rescoring.remembered,
+                               float(weight), with_lm, *tables)
     for row in range(rows):
         every = sorted((path_score(rescoring, tokens[row], scores[row], context[row], context_lengths[row],
                                    [tokens[row, j, c] for j, c in enumerate(choice)])

@@ -83,16 +83,6 @@ class LatticeRescoring:
             return Proposal(tokens=draft, lengths=lengths)
         return Proposal(tokens=draft, lengths=lengths, parents=torch.from_numpy(parents).to(device))
 
-    def best_paths(self, tokens: np.ndarray, scores: np.ndarray, context: np.ndarray, context_lengths: np.ndarray):
-        """``[rows, drafts, positions]`` the best paths' tokens, best first, and ``[rows, drafts]``
-        whether each exists (a lattice may hold fewer paths than ``drafts``)."""
-        positions, k = tokens.shape[1:]
-        drafts = min(self.drafts, k ** positions)
-        tables = self.lm.tables if self.lm is not None else _NO_TABLES
-        return _best_paths(np.ascontiguousarray(tokens, dtype=np.int64), np.ascontiguousarray(scores, np.float64),
-                           np.ascontiguousarray(context, np.int64), np.asarray(context_lengths, np.int64), drafts,
-                           self.remembered, float(self.weight), self.lm is not None, *tables)
-
 
 _NO_TABLES = (np.zeros((2, 2), np.int64), np.zeros(2, np.int64), 1, 1, 2, 0.0)
 
