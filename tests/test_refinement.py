@@ -81,7 +81,7 @@ def test_the_ngram_model_scores_as_counting_by_hand(sentences, order, queries):
     text = corpus(*sentences)
     lm = NgramLM(text, order, vocab_size=15)
     width = order - 1
-    contexts = np.array([[EOS] * (width - len(c[-width:])) + c[-width:] if width else [] for c, _ in queries])
+    contexts = np.array([[EOS] * (width - len(c[-width:])) + c[-width:] for c, _ in queries])
     lengths = np.array([min(len(c), width) for c, _ in queries])
     words = np.array([w for _, w in queries])
     expected = [counted_backoff(text, order, contexts[i][width - lengths[i]:], words[i]) for i in range(len(queries))]

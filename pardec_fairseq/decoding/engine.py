@@ -179,7 +179,8 @@ class DraftVerifyDecoder:
         """The proposal within the length limit and the pass's tokens: each row's last accepted one,
         then its draft. Drafts never reach past the last output position fairseq allows (a tree's
         nodes past it are never accepted: ``ExactAcceptance`` checks their steps). On a CPU a chain's
-        tokens come from one compiled call: its torch operations took 60 us a pass on the Zen 3 VM."""
+        tokens come from one compiled call: 34 us a pass in a hot loop on the Zen 3 VM, against 64 for
+        the torch operations."""
         if proposal.tokens.size(1) == 0:
             return proposal, state.last_tokens()
         if proposal.parents is not None:
