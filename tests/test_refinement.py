@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from pardec_fairseq.decoding import DecodingConfig, build_generator
 from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
+from pardec_fairseq.decoding.drafters import output_tail
 from pardec_fairseq.decoding.drafters.ngram_lm import NgramLM
 from pardec_fairseq.decoding.drafters.refinement import (_NO_TABLES, Lattice, LatticeRescoring, LocalNeuralRescoring,
                                                           _best_paths, tree_of_paths)
@@ -152,6 +153,36 @@ def test_the_search_returns_the_best_paths_of_the_lattice(data, rows, positions,
         assert len(kept) == min(drafts, k ** positions) and len({tuple(p) for p in kept}) == len(kept)
         got = [path_score(rescoring, tokens[row], scores[row], context[row], context_lengths[row], p) for p in kept]
         assert got == pytest.approx(every[:len(kept)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(outputs=st.lists(st.lists(st.integers(4, 12), max_size=6), min_size=1, max_size=4), positions=st.integers(1, 3),
+       k=st.integers(1, 3), drafts=st.integers(1, 4), order=st.integers(2, 4), seed=st.integers(0, 1000))
+def test_the_compiled_proposal_reads_each_rows_output_tail(outputs, positions, k, drafts, order, seed):
+    """The proposal's one compiled call takes each row's context from the state as ``output_tail`` does
+    (BOS repeated before a short output's start) and builds the draft the search's paths make: the best
+    path as a chain, several as their tree. A wrong context changes drafts, not outputs, so only this
+    test would see it."""
+    generator = np.random.default_rng(seed)
+    text = corpus(*[list(generator.integers(4, 13, size=generator.integers(1, 8))) for _ in range(12)])
+    rescoring = LatticeRescoring(k, drafts, NgramLM(text, order, 20), 1.0)
+    state = State(outputs)
+    tokens = torch.from_numpy(np.stack([np.stack([generator.permutation(np.arange(4, 13))[:k]
+                                                  for _ in range(positions)]) for _ in outputs]))
+    scores = np.log(generator.dirichlet(np.ones(k), size=(len(outputs), positions)))
+    scores = torch.from_numpy(scores.astype(np.float32))
+    proposal = rescoring.propose(Lattice(tokens, scores), state)
+    context, _ = output_tail(state, rescoring.remembered)
+    context_lengths = np.minimum(state.lengths.numpy() + 1, rescoring.remembered)
+    paths, found = _best_paths(tokens.numpy(), scores.numpy(), context.numpy(), context_lengths,
+                               min(drafts, k ** positions), rescoring.remembered, 1.0, True, *rescoring.lm.tables)
+    if min(drafts, k ** positions) == 1:
+        assert proposal.parents is None and proposal.tokens.tolist() == paths[:, 0].tolist()
+        assert proposal.lengths.tolist() == (found[:, 0] * positions).tolist()
+    else:
+        draft, parents, nodes = tree_of_paths(paths, found.astype(np.int64) * positions)
+        assert proposal.tokens.tolist() == draft.tolist() and proposal.parents.tolist() == parents.tolist()
+        assert proposal.lengths.tolist() == nodes.tolist()
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
