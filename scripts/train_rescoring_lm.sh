@@ -41,7 +41,8 @@ if [ -f "$save/.trained" ]; then
 fi
 args=("$data" --user-dir "$root/pardec_fairseq" --task target_language_modeling -s "$src" -t "$tgt"
   --arch transformer_lm --decoder-layers "$layers"
-  --decoder-embed-dim "$embed_dim" --decoder-ffn-embed-dim $((4 * embed_dim))
+  --decoder-embed-dim "$embed_dim" --decoder-input-dim "$embed_dim" --decoder-output-dim "$embed_dim"
+  --decoder-ffn-embed-dim $((4 * embed_dim))
   --decoder-attention-heads $((embed_dim / 64)) --decoder-normalize-before --share-decoder-input-output-embed
   --tokens-per-sample 256 --skip-invalid-size-inputs-valid-test --dropout 0.1 --criterion cross_entropy
   --optimizer adam --adam-betas "(0.9,0.98)" --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 200

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from fairseq import checkpoint_utils
 from fairseq.data import MonolingualDataset
 from fairseq.models.transformer_lm import TransformerLanguageModel, base_lm_architecture
 from hypothesis import HealthCheck, given, settings
@@ -281,11 +282,15 @@ def test_fairseq_generate_with_refined_drafts_reproduces_beam_one(toy_experiment
     output = run_script("train_rescoring_lm.sh", data, tmp_path / "lm", "-s", "src", "-t", "tgt", "--layers", 1,
                         "--embed-dim", 64, "--", "--max-update", 3)
     assert "valid on" in output
+    lm = tmp_path / "lm" / "checkpoint_best.pt"
+    # --embed-dim is the whole model's width: no 512-wide embeddings projected in and out
+    weights = checkpoint_utils.load_checkpoint_to_cpu(str(lm))["model"]
+    shapes = {name: tuple(tensor.shape) for name, tensor in weights.items()}
+    assert shapes["decoder.embed_tokens.weight"][1] == 64 and "decoder.project_in_dim.weight" not in shapes
     generate = ("generate", data, "--user-dir", USER_DIR, "--task", "translation_pardec", "--path",
                 save / "checkpoint_last.pt")
     reference = hypotheses(run_fairseq(*generate, "--beam", 1, "--batch-size", 8))
     assert len(reference) == 100
-    lm = tmp_path / "lm" / "checkpoint_best.pt"
     for options in (["--refine", "ngram", "--refine-drafts", 3, "--refine-top-k", 3],
                     ["--refine", "neural", "--refine-lm-path", lm, "--refine-lm-weight", 1.0]):
         for batch_size in (1, 16):
