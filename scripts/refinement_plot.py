@@ -68,9 +68,9 @@ def main(argv=None):
               "| tokens / pass | " + " | ".join(f"{oracle[k]:.3f}" for k in sorted(oracle)) + " |"]
     Path(f"{args.out}.md").write_text("\n".join(lines) + "\n")
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # importing fairseq turned logging up
     import matplotlib
     matplotlib.use("Agg")
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # importing fairseq turned logging up
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -6,6 +6,8 @@ import importlib.util
 import itertools
 import json
 import math
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -351,6 +353,10 @@ def test_the_refinement_plot_tabulates_each_kind_of_draft_against_the_oracle(tmp
                           "| neural rescoring | 1 | 8 | 1.351 | +8.1% | 10.00 | 0.20x |"]
     assert table[-1] == "| tokens / pass | 1.250 | 1.600 |"
     assert (tmp_path / "out.png").stat().st_size > 10_000
+    # run as a script, matplotlib's import-time debug lines stay out of its output
+    script = subprocess.run([sys.executable, REPO / "scripts" / "refinement_plot.py", heads, bench, tmp_path / "again"],
+                            capture_output=True, text=True, check=True)
+    assert "DEBUG" not in script.stderr and (tmp_path / "again.md").read_text() == (tmp_path / "out.md").read_text()
 
 
 def test_the_language_model_reads_each_target_sentence_after_eos():
