@@ -234,6 +234,10 @@ def test_bpd_accepts_whole_blocks_the_heads_get_right():
     assert [h[0]["tokens"].tolist() for h in hypos] == [[dictionary.index("w3")] * 13 + [dictionary.eos()]] * 2
     # first pass: 1 token (no draft yet); then 3 drafted + 1 own token per pass; EOS forced after 13
     assert [s.iterations for s in stats.per_sentence] == [5, 5]
+    # with heads 1 and 2 alone: 1 drafted + 1 own token per pass
+    hypos, stats = plugin("bpd", [model], dictionary, batch, SimpleNamespace(bpd_heads=2), max_len_b=13)
+    assert [h[0]["tokens"].tolist() for h in hypos] == [[dictionary.index("w3")] * 13 + [dictionary.eos()]] * 2
+    assert [s.iterations for s in stats.per_sentence] == [8, 8]
 
 
 def test_oracle_passes_follow_the_engine_walk():
@@ -252,58 +256,70 @@ def test_bpd_refuses_models_without_heads():
         plugin("bpd", [build_transformer(dictionary)], dictionary, batch)
     with pytest.raises(ValueError, match="--block-heads 2 or more"):
         plugin("bpd", [build_transformer(dictionary, block_heads=1)], dictionary, batch)
+    for heads_used in (1, 4):
+        with pytest.raises(ValueError, match=f"--bpd-heads {heads_used}: this model has 3 heads.*pass 2 to 3"):
+            plugin("bpd", [build_transformer(dictionary, block_heads=3)], dictionary, batch,
+                   SimpleNamespace(bpd_heads=heads_used))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), block_heads=st.integers(2, 6), zero_heads=st.booleans(),
        identity_first_head=st.booleans(), eos_bias=st.floats(-2.0, 3.0), batch=sentences,
        max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6), draft_vocab=st.sampled_from([0, 0, 3, 9]),
-       draft_precision=st.sampled_from(["float32", "auto", "int8"]))
+       draft_precision=st.sampled_from(["float32", "auto", "int8"]), heads_used=st.sampled_from([None, None, 2, 3]))
 def test_bpd_equals_fairseq_greedy_of_head_one(seed, block_heads, zero_heads, identity_first_head, eos_bias, batch,
-                                              max_len_b, batch_of, draft_vocab, draft_precision):
+                                              max_len_b, batch_of, draft_vocab, draft_precision, heads_used):
     dictionary = make_dictionary(20)
     model = model_for("bpd", dictionary, block_heads, zero_heads, identity_first_head, seed=seed, layers=2,
                       eos_bias=eos_bias)
     collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
     expected = fairseq_beam_one([model], dictionary, collated, max_len_b=max_len_b)
+    heads_used = None if heads_used is None else min(heads_used, block_heads)
     actual, stats = plugin("bpd", [model], dictionary, collated,
-                           SimpleNamespace(draft_vocab=draft_vocab, draft_precision=draft_precision), max_len_b=max_len_b)
+                           SimpleNamespace(draft_vocab=draft_vocab, draft_precision=draft_precision,
+                                           bpd_heads=heads_used), max_len_b=max_len_b)
     assert_same_hypotheses(expected, actual)
     assert stats.iterations <= stats.tokens
-    if draft_vocab == 0 and draft_precision == "float32":  # the heads' analysis reads each head's top-1 among all words
+    if draft_vocab == 0 and draft_precision == "float32" and heads_used in (None, block_heads):  # the heads' analysis reads each head's top-1 among all words
         # it predicts bpd's passes from one teacher-forced run over the greedy output
         analysis = analyze_heads.analyze([model], dictionary, [collated], 0.0, max_len_b, top_ks=[1, 2])
         assert analysis.passes[1] == {s.id: s.iterations for s in stats.per_sentence}
         assert analysis.lengths == {s.id: s.hyp_len for s in stats.per_sentence}
 
 
-@pytest.mark.parametrize("block_heads, identity_first_head, precision, draft_vocab, top_k", [
-    (4, True, "float32", 0, 0), (4, False, "float32", 9, 0), (2, True, "int8", 0, 0), (5, False, "bfloat16", 0, 0),
-    (4, True, "float32", 0, 3), (3, False, "float32", 9, 2)])
+@pytest.mark.parametrize("block_heads, identity_first_head, precision, draft_vocab, top_k, heads_used", [
+    (4, True, "float32", 0, 0, None), (4, False, "float32", 9, 0, None), (2, True, "int8", 0, 0, None),
+    (5, False, "bfloat16", 0, 0, None), (4, True, "float32", 0, 3, None), (3, False, "float32", 9, 2, None),
+    (4, True, "float32", 0, 3, 2), (5, False, "float32", 0, 0, 3), (4, False, "int8", 9, 2, 2)])
 @torch.no_grad()
 def test_the_compiled_heads_draft_as_the_torch_operations_do(block_heads, identity_first_head, precision, draft_vocab,
-                                                             top_k):
-    """``top_k``: the lattice of a refinement (0: each head's top-1), at a chain's and a tree's kept position."""
+                                                             top_k, heads_used):
+    """``top_k``: the lattice of a refinement (0: each head's top-1), at a chain's and a tree's kept position;
+    ``heads_used``: the first heads alone, which draft as they do among all (``None``: all)."""
     dictionary = make_dictionary(20)
     model = model_for("bpd", dictionary, block_heads, identity_first_head=identity_first_head, seed=6)
     refinement = LatticeRescoring(top_k, drafts=1) if top_k else None
-    compiled, plain = (BlockwiseHeadsDrafter(model.decoder, refinement, draft_vocab, precision) for _ in range(2))
+    compiled, plain, every_head = (BlockwiseHeadsDrafter(model.decoder, refinement, draft_vocab, precision, used)
+                                   for used in (heads_used, heads_used, None))
     assert compiled.compiled
-    plain.compiled = False  # as on a GPU
+    plain.compiled = every_head.compiled = False  # as on a GPU
     states = torch.randn(3, 5, model.decoder.output_embed_dim, generator=torch.Generator().manual_seed(7))
     scores = SimpleNamespace(hidden_states=lambda model: states)
     tree_path = torch.tensor([[0, 2, 3], [0, 1, 4], [0, 3, 4]])
     for verdict in (SimpleNamespace(path=None, accepted=torch.tensor([0, 4, 2])),
                     SimpleNamespace(path=tree_path, accepted=torch.tensor([2, 1, 0]))):
-        for drafter in (compiled, plain):
+        for drafter in (compiled, plain, every_head):
             drafter.begin({"src_tokens": torch.ones(3, 2, dtype=torch.long)}, 10)
             drafter.update(scores, verdict, None)
+        drafted = (heads_used or block_heads) - 1
         if top_k:
             assert torch.equal(compiled.lattice.tokens, plain.lattice.tokens)
             torch.testing.assert_close(compiled.lattice.scores, plain.lattice.scores)
-            assert compiled.lattice.tokens.shape == (3, block_heads - 1, top_k)
+            assert compiled.lattice.tokens.shape == (3, drafted, top_k)
+            assert torch.equal(plain.lattice.tokens, every_head.lattice.tokens[:, :drafted])
         else:
-            assert torch.equal(compiled.draft, plain.draft) and compiled.draft.shape == (3, block_heads - 1)
+            assert torch.equal(compiled.draft, plain.draft) and compiled.draft.shape == (3, drafted)
+            assert torch.equal(plain.draft, every_head.draft[:, :drafted])
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8", "auto"])

@@ -61,7 +61,7 @@ def hybrid_jacobi(cfg, src_dict, tgt_dict, models):
 def blockwise_parallel_decoding(cfg, src_dict, tgt_dict, models):
     decoder = models[0].decoder
     return BlockwiseHeadsDrafter(decoder, draft_refinement(cfg, tgt_dict, next(decoder.parameters())),
-                                 cfg.draft_vocab or 0, draft_products_precision(cfg.draft_precision))
+                                 cfg.draft_vocab or 0, draft_products_precision(cfg.draft_precision), cfg.bpd_heads)
 
 
 @register_algorithm("gad")

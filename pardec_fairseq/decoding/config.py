@@ -146,6 +146,13 @@ class DecodingConfig(FairseqDataclass):
                   "to float32 in registers: faster drafting calls, slightly different drafts, the same output (the "
                   "verifier checks every drafted token in float32). 'auto': bfloat16 (faster on every CPU measured)"},
     )
+    bpd_heads: Optional[int] = field(
+        default=None,
+        metadata={"help": "bpd: draft with the model's first N heads alone (head 1 is the verifier, heads 2..N "
+                  "propose N - 1 tokens a pass; Stern et al.'s block size k at decoding time); default: all. "
+                  "Lossless at every N. On a CPU each drafted token costs a row of every verifier product and a "
+                  "head's projection, while a far head's token is seldom kept: fewer heads may decode faster"},
+    )
     draft_head_steps: Optional[int] = field(
         default=None,
         metadata={"help": "gad with a draft_head: calls of the head per pass, each going on from the last one's last "

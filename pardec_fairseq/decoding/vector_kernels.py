@@ -225,10 +225,10 @@ def panel_into(x, panels, p, bias, out, c0):
 
 
 # multiply-adds from which a product shares its panels among numba's threads: measured on this
-# project's CPU (2 cores), 5 rows x (256, 8192) took 190 us on one thread and 98 on two, one row
-# 100 and 54, while below about 2^18 (one row of a (256, 768) weight) starting the threads cost
-# more than they saved
-PARALLEL_WORK = 1 << 18
+# project's CPU (2 cores, weights in cache), 5 rows x (256, 8192) took 190 us on one thread and 98
+# on two, one row 100 and 54; one row of a (256, 768) weight (2^17.6) 14.2 and 8.8 us in float32,
+# 30 and 17 in int8, one of a (256, 256) weight (2^16) 4.5 and 4.6 in float32, 10.2 and 7.2 in int8
+PARALLEL_WORK = 1 << 16
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)

@@ -5,10 +5,13 @@ the heads at every position, and the heads at the position that produced the ver
 propose the next block, heads 2..k predicting the k - 1 tokens after it. So after the first pass,
 which only runs the prefix, every iteration is one model call. With a refinement
 (``drafters.refinement``) the draft is chosen from the heads' top-k lattice instead of each head's
-top-1 (Kim et al. 2024). On a CPU the heads' drafting is one compiled call (``_heads_logits``): as torch
+top-1 (Kim et al. 2024). On a CPU the heads' drafting is one compiled call (``_heads_lattice``): as torch
 operations around the products it took 0.51 ms a pass in the loop, as one call 0.32 (k = 4, 4,096 draft
-words, int8; the Zen 3 VM).
+words, int8; the Zen 3 VM). Decoding may use the first heads alone (``--bpd-heads``): the later heads'
+features and projections are then never computed.
 """
+from typing import Optional
+
 import numba
 import numpy as np
 import torch
@@ -24,9 +27,10 @@ from pardec_fairseq.decoding.proposals import Proposal
 
 @numba.njit(cache=True, nogil=True)
 def _heads_logits(features, at, fc1, fc2, output, identity_first):
-    """Heads 2..k's logits over the draft words ``[rows, k - 1, words]`` from each row's state at pass
-    position ``at[r]`` of ``features`` ``[rows, n, d]``, as ``BlockwiseHeads.forward`` and the draft
-    projection compute them; ``fc1``/``fc2``/``output``: packed products ``(panels, bias, columns)``."""
+    """The drafting heads' logits over the draft words ``[rows, heads, words]`` (heads 2..K, as many as
+    ``fc2`` computes) from each row's state at pass position ``at[r]`` of ``features`` ``[rows, n, d]``,
+    as ``BlockwiseHeads.forward`` and the draft projection compute them; ``fc1``/``fc2``/``output``:
+    packed products ``(panels, bias, columns)``."""
     rows, d = features.shape[0], features.shape[2]
     h = np.empty((rows, d), dtype=np.float32)
     for r in range(rows):
@@ -48,9 +52,10 @@ def _heads_logits(features, at, fc1, fc2, output, identity_first):
 
 
 @numba.njit(cache=True, nogil=True)
-def _lattice_of(logits, k):
-    """Each position's ``k`` highest logits of ``logits`` ``[rows, positions, words]`` and their words
-    (``Lattice.of``)."""
+def _heads_lattice(features, at, fc1, fc2, output, identity_first, k):
+    """The ``k`` highest logits of ``_heads_logits`` at each drafted position and their words ``[rows,
+    positions, k]`` (``Lattice.of``), in one call: around the arithmetic, each call and conversion costs."""
+    logits = _heads_logits(features, at, fc1, fc2, output, identity_first)
     rows, positions = logits.shape[0], logits.shape[1]
     tokens = np.empty((rows, positions, k), dtype=np.int64)
     scores = np.empty((rows, positions, k), dtype=np.float32)
@@ -61,11 +66,13 @@ def _lattice_of(logits, k):
 
 
 class BlockwiseHeadsDrafter(Drafter):
-    def __init__(self, decoder, refinement=None, draft_vocab: int = 0, precision: str = "float32"):
+    def __init__(self, decoder, refinement=None, draft_vocab: int = 0, precision: str = "float32",
+                 heads_used: Optional[int] = None):
         """``refinement``: a ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from
         the heads' top-k lattice (``None``: each head's top-1); ``draft_vocab``: heads 2..k draft among
         the dictionary's first ``draft_vocab`` words (0: all); ``precision``: that of the heads' products
-        on a CPU (``--draft-precision``)."""
+        on a CPU (``--draft-precision``); ``heads_used``: draft with heads 2..``heads_used`` alone
+        (``None``: all ``k``)."""
         heads = getattr(decoder, "blockwise_heads", None)
         if heads is None:
             raise ValueError("--gen-algo bpd drafts with the heads of a blockwise_transformer model: train one with "
@@ -73,13 +80,19 @@ class BlockwiseHeadsDrafter(Drafter):
                              "--gen-algo for this checkpoint")
         if heads.heads < 2:
             raise ValueError("--gen-algo bpd needs a model with --block-heads 2 or more: head 1 is the verifier")
+        used = heads.heads if heads_used is None else heads_used
+        if not 2 <= used <= heads.heads:
+            raise ValueError(f"--bpd-heads {used}: this model has {heads.heads} heads, and head 1 is the verifier's; "
+                             f"pass 2 to {heads.heads}")
         self.heads, self.refinement = heads, refinement
         self.drafts_trees = refinement is not None and refinement.drafts > 1
-        # the heads' feed-forward layer and the projection of heads 2..k in one product each, on
-        # re-laid weights (``nn.Linear`` read the output matrix once per head)
+        # the heads' feed-forward layer and the projection of heads 2..used in one product each, on
+        # re-laid weights (``nn.Linear`` read the output matrix once per head); every head reads all of
+        # fc1's features, and fc2's first rows give the learned heads up to ``used``
+        learned = (used - 1 if heads.identity_first else used) * heads.embed_dim
         with torch.no_grad():
-            self.fc1, self.fc2 = (Product.of(heads.fc1, precision=precision),
-                                  Product.of(heads.fc2, precision=precision))
+            self.fc1 = Product.of(heads.fc1, precision=precision)
+            self.fc2 = Product(heads.fc2.weight[:learned].t(), heads.fc2.bias[:learned], precision)
             self.output = draft_projection(decoder, draft_vocab, refinement, precision)
         self.compiled = all(product.on_kernel for product in (self.fc1, self.fc2, self.output))
 
@@ -101,18 +114,19 @@ class BlockwiseHeadsDrafter(Drafter):
         if verdict.path is not None:
             at = verdict.path.gather(1, at)
         if self.compiled:
-            logits = _heads_logits(features.contiguous().numpy(), at.view(-1).numpy(), self.fc1.operands,
-                                   self.fc2.operands, self.output.operands, self.heads.identity_first)
-            k = 1 if self.refinement is None else min(self.refinement.top_k, logits.shape[2])
-            tokens, top_scores = (torch.from_numpy(part) for part in _lattice_of(logits, k))
+            k = 1 if self.refinement is None else min(self.refinement.top_k, self.output.columns)
+            tokens, top_scores = (torch.from_numpy(part) for part in _heads_lattice(
+                features.contiguous().numpy(), at.view(-1).numpy(), self.fc1.operands, self.fc2.operands,
+                self.output.operands, self.heads.identity_first, k))
             if self.refinement is None:
                 self.draft = tokens.squeeze(2)
             else:
                 self.lattice = Lattice(tokens, top_scores)
             return
         h = features.gather(1, at.unsqueeze(2).expand(-1, 1, features.size(2))).squeeze(1)
-        block = self.heads.combine(h, self.fc2(F.relu(self.fc1(h))))  # [rows, k, d]
-        logits = self.output(block[:, 1:])
+        learned = self.fc2(F.relu(self.fc1(h)))
+        block = learned.view(h.size(0), -1, h.size(1)) + h.unsqueeze(1)  # the learned heads' features
+        logits = self.output(block if self.heads.identity_first else block[:, 1:])
         if self.refinement is None:
             self.draft = logits.argmax(-1)
         else:
