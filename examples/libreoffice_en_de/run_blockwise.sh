@@ -4,8 +4,9 @@
 # the teacher's parameters frozen (only the heads train; head 1 is the teacher, so the output is
 # the teacher's) or fine-tuned (everything trains), on the raw or the distilled targets -> for each
 # model the benchmark (exact, top-2 and top-3 acceptance and exact with drafts refined by an n-gram
-# model of the heads' training targets, one and four per pass, beside fairseq greedy and beam 5) and
-# the heads' analysis, then one table of them all.
+# model of the heads' training targets, one and four per pass, and one per pass from head 2 alone,
+# beside fairseq greedy and beam 5 and the plugin's greedy) and the heads' analysis, then one table of
+# them all.
 #   examples/libreoffice_en_de/run_blockwise.sh [--heads "2 4 6 8 10"] [--modes "frozen fine-tuned"]
 #       [--targets "raw distilled"] [--minutes M] [--teacher-minutes M] [--distill-beam B]
 #       [--bench-sentences N] [--batch-size B] [--fine-tune-lr LR]
@@ -76,8 +77,8 @@ for target in $targets; do
       "$python" "$root/scripts/bench.py" "$data/bin" --path "$save/checkpoint_best.pt" -s en -t de \
         --references "$data/raw/test.de" --max-len-a 1.2 --max-len-b 10 --repetitions 1 \
         --batch-size "$batch_size" "${bench_limit[@]}" --out-dir "$save" --name "bench_b$batch_size" \
-        --algorithms bpd bpd:acceptance=top-k,acceptance-top-k=2 bpd:acceptance=top-k,acceptance-top-k=3 \
-        "bpd:$ngram" "bpd:$ngram,refine-drafts=4"
+        --algorithms greedy bpd bpd:acceptance=top-k,acceptance-top-k=2 bpd:acceptance=top-k,acceptance-top-k=3 \
+        "bpd:$ngram" "bpd:$ngram,refine-drafts=4" "bpd:$ngram,bpd-heads=2"
       "$python" "$root/scripts/analyze_heads.py" "$data/bin" --path "$save/checkpoint_best.pt" -s en -t de \
         --max-len-a 1.2 --max-len-b 10 "${bench_limit[@]}" --out-dir "$save" --name heads > /dev/null
     done
