@@ -280,8 +280,9 @@ def test_bpd_equals_fairseq_greedy_of_head_one(seed, block_heads, zero_heads, id
                                            bpd_heads=heads_used), max_len_b=max_len_b)
     assert_same_hypotheses(expected, actual)
     assert stats.iterations <= stats.tokens
-    if draft_vocab == 0 and draft_precision == "float32" and heads_used in (None, block_heads):  # the heads' analysis reads each head's top-1 among all words
-        # it predicts bpd's passes from one teacher-forced run over the greedy output
+    if draft_vocab == 0 and draft_precision == "float32" and heads_used in (None, block_heads):
+        # the heads' analysis reads every head's top-1 among all words: it predicts bpd's passes from one
+        # teacher-forced run over the greedy output
         analysis = analyze_heads.analyze([model], dictionary, [collated], 0.0, max_len_b, top_ks=[1, 2])
         assert analysis.passes[1] == {s.id: s.iterations for s in stats.per_sentence}
         assert analysis.lengths == {s.id: s.hyp_len for s in stats.per_sentence}
