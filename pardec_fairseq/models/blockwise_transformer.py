@@ -41,9 +41,9 @@ class BlockwiseHeads(nn.Module):
         return self.combine(h, self.fc2(self._hidden(h)))
 
     def combine(self, h: Tensor, learned: Tensor) -> Tensor:
-        """Every head's features from ``h`` and the feed-forward layer's output ``learned`` (which
-        decoding computes on re-laid weights)."""
-        heads = learned.view(*h.shape[:-1], self.learned, self.embed_dim) + h.unsqueeze(-2)
+        """The heads' features from ``h`` and the feed-forward layer's output ``learned`` (which
+        decoding computes on re-laid weights, and for the first heads alone with ``--bpd-heads``)."""
+        heads = learned.view(*h.shape[:-1], -1, self.embed_dim) + h.unsqueeze(-2)
         if self.identity_first:
             heads = torch.cat([h.unsqueeze(-2), heads], dim=-2)
         return heads

@@ -138,9 +138,8 @@ class BlockwiseHeadsDrafter(Drafter):
         if verdict.path is not None:
             at = verdict.path.gather(1, at)
         h = features.gather(1, at.unsqueeze(2).expand(-1, 1, features.size(2))).squeeze(1)
-        learned = self.fc2(F.relu(self.fc1(h)))
-        block = learned.view(h.size(0), -1, h.size(1)) + h.unsqueeze(1)  # the learned heads' features
-        logits = self.output(block if self.heads.identity_first else block[:, 1:])
+        block = self.heads.combine(h, self.fc2(F.relu(self.fc1(h))))  # [rows, heads used, d]
+        logits = self.output(block[:, 1:])
         if self.refinement is None:
             self.draft = logits.argmax(-1)
         else:
