@@ -331,7 +331,8 @@ def test_draft_precision_sets_the_kind_of_the_heads_products(precision):
                                 SimpleNamespace(draft_precision=precision))
     drafter = generator.decoder.drafter
     bfloat16 = np.int32 if vector_kernels.has_bfloat16_dot() else np.uint16
-    expected = {"float32": np.float32, "bfloat16": bfloat16, "int8": np.int8, "auto": bfloat16}[precision]
+    int8 = np.uint32 if vector_kernels.has_byte_products() else np.int8
+    expected = {"float32": np.float32, "bfloat16": bfloat16, "int8": int8, "auto": bfloat16}[precision]
     assert {product.panels.dtype for product in (drafter.fc1, drafter.fc2, drafter.output)} == {np.dtype(expected)}
 
 

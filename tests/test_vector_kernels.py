@@ -7,6 +7,7 @@ int8, those of the weight rounded per column."""
 import numba
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -175,3 +176,77 @@ def test_bfloat16_packing_follows_the_cpu(monkeypatch, dot):
     monkeypatch.setattr(vector_kernels, "has_bfloat16_dot", lambda: dot)
     weight = np.ones((3, 5), dtype=np.float32)
     assert vector_kernels.pack_bfloat16(weight).dtype == (np.int32 if dot else np.uint16)
+
+
+needs_byte_products = pytest.mark.skipif(not vector_kernels.has_byte_products(),
+                                         reason="the CPU has no AVX2 (or AVX-512BW) byte multiply-adds")
+
+
+def rounded_rows(x: np.ndarray) -> np.ndarray:
+    """``x``'s rows rounded as ``byte_quads`` rounds them (127 levels either side of zero), in float64."""
+    scales = np.abs(x).max(axis=1, keepdims=True) / np.float32(127)
+    scales = np.where(scales > 0, scales, np.float32(1)).astype(np.float32)
+    return np.rint(x * (np.float32(1) / scales)).astype(np.float64) * scales
+
+
+def test_byte_quads_round_each_row_to_bytes_four_to_a_word():
+    x = np.array([[1.0, -0.5, 0.25, 0.0, 2.0], [0.0, 0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    quads, scales = vector_kernels.byte_quads(x)
+    assert quads.dtype == np.uint32 and quads.shape == (2, 2)  # 5 bytes padded to 8
+    assert scales.tolist() == pytest.approx([2.0 / 127, 1.0])  # an all-zero row keeps scale 1
+    octets = quads.view(np.uint8).reshape(2, 8)
+    assert octets[0].tolist() == [128 + 64, 128 - 32, 128 + 16, 128, 255, 0, 0, 0]
+    assert octets[1].tolist() == [128] * 5 + [0] * 3
+
+
+@needs_byte_products
+@settings(max_examples=60, deadline=None)
+@given(**bfloat16_operands)
+def test_byte_products_are_those_of_the_rounded_rows_and_weight(rows, depth, columns, with_bias, seed):
+    """Rows rounded to bytes, the weight to 63 levels a side per column, summed exactly in integers,
+    then scaled and biased."""
+    x, weight, bias = random_operands(seed, rows, depth, columns, with_bias)
+    panels, bias_scales_corrections = vector_kernels.pack_bytes(weight, bias)
+    assert panels.dtype == np.uint32 and panels.shape[:2] == vector_kernels.pack(weight).shape[:2]
+    out = vector_kernels.product(x, panels, bias_scales_corrections, columns)
+    values, scales = vector_kernels.int8_columns(weight, vector_kernels.BYTE_WEIGHT_LARGEST)
+    expected = rounded_rows(x) @ (values.astype(np.float64) * scales) + (0 if bias is None else bias)
+    assert out.shape == (rows, columns)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * depth ** 0.5)
+
+
+@needs_byte_products
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_byte_products_do_not_saturate_at_the_extremes(sign):
+    """Every row byte at 255 (or 1) against every weight at +-63: the largest sums of byte pairs."""
+    depth, columns = 1024, 70
+    x = np.full((3, depth), sign, dtype=np.float32)
+    weight = np.where(np.arange(columns) % 2 == 0, 1.0, -1.0).astype(np.float32) * np.ones((depth, 1), np.float32)
+    panels, bias = vector_kernels.pack_bytes(weight)
+    out = vector_kernels.product(x, panels, bias, columns)
+    np.testing.assert_allclose(out, x @ weight, rtol=1e-6)
+
+
+@needs_byte_products
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("columns", [16, 32, 64])
+def test_every_byte_tile_geometry_computes_the_product(rows, columns):
+    """AVX2's byte tiles (8 lanes of 4 bytes) over 16-column stripes, as ``_tiles_of`` runs float ones."""
+    x, weight, bias = random_operands(rows * columns, rows, 37, 128, True)
+    panels, bias_scales_corrections = vector_kernels.pack_bytes(weight, bias)
+    quads, row_scales = vector_kernels.byte_quads(x)
+    if panels.shape[1] * panels.shape[3] != vector_kernels.PANEL or panels.shape[3] != 16:
+        pytest.skip("this CPU's stripes are not AVX2's")
+    out = _tiles_of(rows, columns, 8)(quads, panels, bias_scales_corrections)
+    out = out * row_scales[:, None] + bias
+    values, scales = vector_kernels.int8_columns(weight, vector_kernels.BYTE_WEIGHT_LARGEST)
+    expected = rounded_rows(x) @ (values.astype(np.float64) * scales) + bias
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * 37 ** 0.5)
+
+
+@pytest.mark.parametrize("bytes_here", [True, False])
+def test_int8_products_use_byte_tiles_where_the_cpu_has_them(monkeypatch, bytes_here):
+    from pardec_fairseq.decoding.fast_ops import Product
+    monkeypatch.setattr(vector_kernels, "has_byte_products", lambda: bytes_here)
+    product = Product(torch.ones(8, 64), None, "int8")
+    assert product.panels.dtype == (np.uint32 if bytes_here else np.int8)

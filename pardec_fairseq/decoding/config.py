@@ -142,9 +142,11 @@ class DecodingConfig(FairseqDataclass):
                   "CPU. 'bfloat16' rounds their weights to bfloat16 (half the bytes to read) and multiplies with "
                   "AVX-512's bfloat16 dot product where the CPU has it (avx512_bf16; the inputs rounded too), "
                   "else in float32 after widening each weight in a register, accumulating in float32; 'int8' "
-                  "rounds them to int8 with a float32 scale per output column (a quarter of the bytes), converted "
-                  "to float32 in registers: faster drafting calls, slightly different drafts, the same output (the "
-                  "verifier checks every drafted token in float32). 'auto': bfloat16 (faster on every CPU measured)"},
+                  "rounds them to int8 with a float32 scale per output column (a quarter of the bytes); where the CPU "
+                  "has AVX2 each input row is rounded to bytes too and multiplied in integers (AVX2's byte "
+                  "multiply-adds), elsewhere the weights are converted to float32 in registers: faster drafting "
+                  "calls, slightly different drafts, the same output (the verifier checks every drafted token in "
+                  "float32). 'auto': bfloat16 (faster on every CPU measured)"},
     )
     bpd_heads: Optional[int] = field(
         default=None,

@@ -21,7 +21,8 @@ class Product:
     (256, 768) weight, 31 against 65 and 63 us for 8 rows), more through oneDNN with the weight packed
     once (as fast there, and it uses torch's threads). Elsewhere ``addmm``. ``precision``: the kernel's
     weight in float32, bfloat16 (``vector_kernels.pack_bfloat16``; with AVX-512's bfloat16 dot product
-    the rows too) or int8 with a scale per column (``vector_kernels.pack_int8``), the last two for a
+    the rows too) or int8 with a scale per column (with AVX2 the rows rounded to bytes too,
+    ``vector_kernels.pack_bytes``, else ``vector_kernels.pack_int8``), the last two for a
     drafter's products alone; more rows than ``KERNEL_ROWS`` still go through oneDNN in float32."""
 
     KERNEL_ROWS = 64
@@ -38,7 +39,8 @@ class Product:
             self.columns = weight.size(1)
             weight_array, bias_array = self.weight.numpy(), None if bias is None else bias.numpy()
             if precision == "int8":
-                self.panels, self.panel_bias = vector_kernels.pack_int8(weight_array, bias_array)
+                pack = vector_kernels.pack_bytes if vector_kernels.has_byte_products() else vector_kernels.pack_int8
+                self.panels, self.panel_bias = pack(weight_array, bias_array)
             else:
                 pack = vector_kernels.pack_bfloat16 if precision == "bfloat16" else vector_kernels.pack
                 self.panels = pack(weight_array)

@@ -23,6 +23,11 @@ for a CPU with AVX-512's bfloat16 dot product the tile multiplies pairs of bfloa
 multiply-adds per instruction; elsewhere it widens each loaded bfloat16 to float32 in a register (a
 shift) and multiplies in float32: on the Zen 3 VM (AVX2), whose caches the verifier and a drafter
 share, that made `gad`'s draft heads 4-8% and `bpd`'s heads 10% faster per token at batch 1.
+Or in bytes (``pack_bytes``): the weight rounded to int8 per column, each row rounded to bytes as it
+comes, multiplied and summed in integers by AVX2's byte multiply-adds, 32 per instruction pair. On
+the Zen 3 VM (2 threads, weights in cache) one row of a (256, 4096) weight took 41 us so, 90 with
+the int8 weight converted to float32 in registers and 49 in float32; the draft head's three steps
+a pass 347 us against 648.
 """
 import numba
 import numpy as np
@@ -56,6 +61,14 @@ TILE_ROWS = 4  # rows of a full tile
 # 256-byte row in four parts: from memory on a Zen 3 core, 4 rows x (256, 1024) took 120-169 us so,
 # and 71-72 us in stripes (one row: 52-60 us across the panel, 36-44 us in stripes)
 STRIPE = PANEL if LANES == 16 else 16
+# how many of a stripe's rows ahead a tile of several rows asks for its weights (software prefetch):
+# such a tile multiplies each byte it reads several times, and without the hint its arithmetic and
+# its reads from memory took turns. On the Zen 3 VM (2 threads) a 4-token pass of the recipe's
+# verifier took 1.47-1.48 ms of arithmetic without it and 1.32-1.34 with it (8 rows ahead: 1.30-1.37;
+# 32: 1.43); a one-row tile streams its weights fast enough without it (and was slower with it)
+PREFETCH_ROWS = 16
+# a byte product's weight levels either side of zero: 2 * 255 * 63 fits the int16 sums of vpmaddubsw
+BYTE_WEIGHT_LARGEST = 63
 
 
 class _BFloat(ir.Type):
@@ -71,6 +84,26 @@ class _BFloat(ir.Type):
         return hash("bfloat")
 
 
+def _byte_multiply_add(builder, lanes: int):
+    """``multiply_add(x, w, total)`` of int32 lanes each holding 4 bytes: ``total`` plus, per lane, the sum
+    of the 4 products of ``x``'s unsigned bytes and ``w``'s signed ones (AVX2's ``vpmaddubsw``, then
+    ``vpmaddwd`` by ones; AVX-512BW's with 16 lanes). ``vpmaddubsw`` saturates a pair's sum to int16:
+    ``pack_bytes`` keeps weights within 63 so that 2 * 255 * 63 fits."""
+    width = {8: ("avx2", "pmadd.ub.sw", "pmadd.wd"), 16: ("avx512", "pmaddubs.w.512", "pmaddw.d.512")}[lanes]
+    words, shorts = ir.VectorType(ir.IntType(32), lanes), ir.VectorType(ir.IntType(16), 2 * lanes)
+    octets = ir.VectorType(ir.IntType(8), 4 * lanes)
+    pair_sums = cgutils.get_or_insert_function(builder.module, ir.FunctionType(shorts, [octets, octets]),
+                                               f"llvm.x86.{width[0]}.{width[1]}")
+    quad_sums = cgutils.get_or_insert_function(builder.module, ir.FunctionType(words, [shorts, shorts]),
+                                               f"llvm.x86.{width[0]}.{width[2]}")
+    ones = ir.Constant(shorts, [1] * 2 * lanes)
+
+    def multiply_add(x, w, total):
+        pairs = builder.call(pair_sums, [builder.bitcast(x, octets), builder.bitcast(w, octets)])
+        return builder.add(total, builder.call(quad_sums, [pairs, ones]))
+    return multiply_add
+
+
 def _tile(rows: int, columns: int, lanes: int = LANES):
     """An intrinsic ``tile(x, r0, panels, p, q, bias, out, o0, c0)``: ``out[o0:o0+rows,
     c0+q:c0+q+columns] = x[r0:r0+rows] @ (columns q:q+columns of panel p) + bias[64p+q:64p+q+columns]``,
@@ -80,8 +113,12 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
     ``pack_bfloat16_pairs``) and go through AVX-512's bfloat16 dot product, two multiply-adds per lane
     and instruction, accumulated in float32; uint16 ``panels`` (``pack_bfloat16_values``) are widened
     to float32 as they are loaded, int8 ones (``pack_int8``) converted to float32, their sums then
-    multiplied by the column scales that follow the bias in ``bias``. ``lanes``: floats per vector
-    (LLVM splits wider ones)."""
+    multiplied by the column scales that follow the bias in ``bias``; uint32 ``x`` and ``panels`` hold 4
+    bytes each (``byte_quads``, ``pack_bytes``), multiplied and summed in int32 lanes
+    (``_byte_multiply_add``), the sums less the corrections that follow the scales, times the scales
+    (``finish_rows`` scales the rows and adds the bias). Tiles of several rows ask for their weights
+    ``PREFETCH_ROWS`` rows ahead. ``lanes``: floats per vector (LLVM splits wider ones; byte tiles need
+    8, or 16 with AVX-512BW)."""
     vectors = columns // lanes
 
     @intrinsic
@@ -90,9 +127,11 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
         if any(not isinstance(a, types.Array) or a.layout != "C" for a in operands + floats) or \
                 any(a.dtype != types.float32 for a in floats) or \
                 (x.dtype, panels.dtype) not in ((types.float32, types.float32), (types.int32, types.int32),
-                                                (types.float32, types.uint16), (types.float32, types.int8)):
+                                                (types.float32, types.uint16), (types.float32, types.int8),
+                                                (types.uint32, types.uint32)):
             return None
         pairs, widened, quantized = x.dtype == types.int32, panels.dtype == types.uint16, panels.dtype == types.int8
+        quads = x.dtype == types.uint32
         signature = types.void(x, r0, panels, p, q, bias, out, o0, c0)
 
         def codegen(context, builder, signature, args):
@@ -104,9 +143,13 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
             i64, i32 = ir.IntType(64), ir.IntType(32)
             vector = ir.VectorType(ir.FloatType(), lanes)
             # what a row of a panel holds: floats, bfloat16 pairs, bfloat16 values or int8 ones to widen
-            operand = ir.VectorType(i32, lanes) if pairs else ir.VectorType(ir.IntType(16), lanes) if widened \
+            operand = ir.VectorType(i32, lanes) if pairs or quads else ir.VectorType(ir.IntType(16), lanes) if widened \
                 else ir.VectorType(ir.IntType(8), lanes) if quantized else vector
-            if pairs:
+            # byte quads sum in int32 lanes, everything else in float32 ones
+            accumulated = ir.VectorType(i32, lanes) if quads else vector
+            if quads:
+                multiply_add = _byte_multiply_add(builder, lanes)
+            elif pairs:
                 bfloats = ir.VectorType(_BFloat(), 2 * lanes)
                 dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector, bfloats, bfloats]),
                                                      "llvm.x86.avx512bf16.dpbf16ps.512")
@@ -156,17 +199,27 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
             panel_count = cgutils.unpack_tuple(builder, panel_data.shape, 4)[0]
             panel_scale = builder.gep(panel_bias, [builder.mul(panel_count, const(PANEL))])
             # accumulators live in stack slots that LLVM promotes to registers
-            accumulators = [[cgutils.alloca_once(builder, vector) for _ in range(vectors)] for _ in range(rows)]
+            accumulators = [[cgutils.alloca_once(builder, accumulated) for _ in range(vectors)] for _ in range(rows)]
             for v in range(vectors):
-                start = ir.Constant(vector, [0.0] * lanes) if quantized else load_vector(panel_bias, const(v * lanes))
+                start = ir.Constant(accumulated, [0] * lanes) if quads else ir.Constant(vector, [0.0] * lanes) \
+                    if quantized else load_vector(panel_bias, const(v * lanes))
                 for r in range(rows):
                     builder.store(start, accumulators[r][v])
             x_rows = [builder.gep(x_data.data, [builder.mul(builder.add(r0_arg, const(r)), depth)])
                       for r in range(rows)]
             splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
-            undefined = ir.Constant(ir.VectorType(i32, lanes) if pairs else vector, ir.Undefined)  # a row of x
+            undefined = ir.Constant(ir.VectorType(i32, lanes) if pairs or quads else vector, ir.Undefined)  # a row of x
+            prefetch = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
+                "llvm.prefetch.p0i8")
             with cgutils.for_range(builder, depth) as loop:
                 row_offset = builder.mul(loop.index, stripe)
+                ahead = builder.mul(builder.add(loop.index, const(PREFETCH_ROWS)), stripe)
+                for v in range(vectors):
+                    if rows > 1 and (v * lanes) % 16 == 0:  # a cache line's first vector
+                        address = builder.bitcast(builder.gep(starts[v], [ahead]), ir.IntType(8).as_pointer())
+                        builder.call(prefetch, [address, ir.Constant(i32, 0), ir.Constant(i32, 3),
+                                                ir.Constant(i32, 1)])
                 weights = [load_weights(starts[v], row_offset) for v in range(vectors)]
                 for r in range(rows):
                     scalar = builder.load(builder.gep(x_rows[r], [loop.index]))
@@ -184,6 +237,11 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
                     if quantized:
                         total = builder.call(fma, [total, load_vector(panel_scale, const(v * lanes)),
                                                    load_vector(panel_bias, const(v * lanes))])
+                    elif quads:  # (sum - the shift's share) * column scale; the row scale and bias come after
+                        correction = load_vector(builder.gep(panel_scale, [builder.mul(panel_count, const(PANEL))]),
+                                                 const(v * lanes))
+                        total = builder.fmul(builder.fsub(builder.sitofp(total, vector), correction),
+                                             load_vector(panel_scale, const(v * lanes)))
                     builder.store(total, target, align=4)
             return context.get_dummy_value()
 
@@ -257,15 +315,54 @@ def bfloat16_pairs(x):
     return pairs.view(np.int32)
 
 
+@numba.njit(cache=True, nogil=True)
+def byte_quads(x):
+    """Float32 rows ``[rows, in]`` rounded to 255 levels each (a scale per row: its largest magnitude maps
+    to 127), shifted by 128 to unsigned bytes, 4 to a uint32 ``[rows, ceil(in / 4)]`` (zero-padded); and
+    the scales."""
+    rows, depth = x.shape
+    octets = np.zeros((rows, 4 * ((depth + 3) // 4)), dtype=np.uint8)
+    scales = np.empty(rows, dtype=np.float32)
+    for r in range(rows):
+        largest = np.float32(0.0)
+        for i in range(depth):
+            largest = max(largest, abs(x[r, i]))
+        scales[r] = largest / np.float32(127) if largest > 0 else np.float32(1)
+        inverse = np.float32(1) / scales[r]
+        for i in range(depth):
+            octets[r, i] = np.uint8(np.int32(np.rint(x[r, i] * inverse)) + 128)
+    return octets.view(np.uint32), scales
+
+
 def rows_for(x, panels):
-    """``x`` as ``panels`` multiply it: itself, or its bfloat16 pairs for bfloat16 panels."""
+    """``x`` as ``panels`` multiply it and each row's scale: itself (scales of 1), its bfloat16 pairs for
+    bfloat16 panels, its byte quads for byte panels (``byte_quads``)."""
 
 
 @overload(rows_for)
 def _rows_for(x, panels):
     if panels.dtype == types.int32:
-        return lambda x, panels: bfloat16_pairs(x)
-    return lambda x, panels: x
+        return lambda x, panels: (bfloat16_pairs(x), np.ones(x.shape[0], dtype=np.float32))
+    if panels.dtype == types.uint32:
+        return lambda x, panels: byte_quads(x)
+    return lambda x, panels: (x, np.ones(x.shape[0], dtype=np.float32))
+
+
+def finish_rows(out, panels, scales, bias):
+    """A byte product's rows (``pack_bytes``'s panels) times their scales, plus the bias (first in
+    ``bias``); the other panels' tiles leave their output final."""
+
+
+@overload(finish_rows)
+def _finish_rows(out, panels, scales, bias):
+    if panels.dtype != types.uint32:
+        return lambda out, panels, scales, bias: None
+
+    def scale_and_bias(out, panels, scales, bias):
+        for r in range(out.shape[0]):
+            for c in range(out.shape[1]):
+                out[r, c] = out[r, c] * scales[r] + bias[c]
+    return scale_and_bias
 
 
 @numba.njit(cache=True, nogil=True)
@@ -277,7 +374,7 @@ def product(x, panels, bias, columns):
     ``follow_torch_threads``)."""
     out = np.empty((x.shape[0], columns), dtype=np.float32)
     full = columns // PANEL
-    operand = rows_for(x, panels)
+    operand, scales = rows_for(x, panels)
     if x.shape[0] * x.shape[1] * columns >= PARALLEL_WORK:
         _panels_in_parallel(operand, panels, bias, out, full)
     else:
@@ -287,6 +384,7 @@ def product(x, panels, bias, columns):
         scratch = np.empty((x.shape[0], PANEL), dtype=np.float32)
         panel_into(operand, panels, full, bias, scratch, 0)
         out[:, full * PANEL:] = scratch[:, :columns - full * PANEL]
+    finish_rows(out, panels, scales, bias)
     return out
 
 
@@ -323,12 +421,12 @@ def pack_bfloat16_values(weight: np.ndarray) -> np.ndarray:
     return bfloat16_bits(packed.reshape(-1)).astype(np.uint16).reshape(packed.shape)
 
 
-def int8_columns(weight: np.ndarray):
+def int8_columns(weight: np.ndarray, largest: int = 127):
     """An ``(in, out)`` float32 weight as int8 values and a float32 scale per output column (the
-    column's largest magnitude maps to 127): ``values * scales`` is the weight rounded."""
-    scales = np.abs(weight).max(axis=0) / np.float32(127)
+    column's largest magnitude maps to ``largest``): ``values * scales`` is the weight rounded."""
+    scales = np.abs(weight).max(axis=0) / np.float32(largest)
     scales = np.where(scales > 0, scales, np.float32(1)).astype(np.float32)
-    return np.clip(np.rint(weight / scales), -127, 127).astype(np.int8), scales
+    return np.clip(np.rint(weight / scales), -largest, largest).astype(np.int8), scales
 
 
 def pack_int8(weight: np.ndarray, bias=None):
@@ -339,6 +437,32 @@ def pack_int8(weight: np.ndarray, bias=None):
     columns = weight.shape[1]
     return pack(values.astype(np.float32)).astype(np.int8), \
         np.concatenate([pack_bias(bias, columns), pack_bias(scales, columns)])
+
+
+def pack_bytes(weight: np.ndarray, bias=None):
+    """An ``(in, out)`` float32 weight for byte products: rounded per output column to 127 levels (the
+    column's largest magnitude maps to 63, so that ``vpmaddubsw``'s pair sums cannot saturate), each
+    column's 4 consecutive inputs in one uint32, laid out as ``pack`` lays floats (``[panels, 64 /
+    stripe, ceil(in / 4), stripe]``); the rows it multiplies are rounded to bytes as they come
+    (``byte_quads``), so a product reads a quarter of float32's bytes and does 4 multiply-adds per lane
+    and instruction. With the panels, the bias, the column scales and the corrections for the rows'
+    shift by 128, each padded to whole panels, one after the other."""
+    depth, columns = weight.shape
+    values, scales = int8_columns(weight, BYTE_WEIGHT_LARGEST)
+    quads, count = -(-depth // 4), -(-columns // PANEL)
+    padded = np.zeros((4 * quads, count * PANEL), dtype=np.int8)
+    padded[:depth, :columns] = values
+    # [quads, 4, panels, stripes, stripe] -> [panels, stripes, quads, stripe, 4]: a column's 4 inputs together
+    laid = padded.reshape(quads, 4, count, PANEL // STRIPE, STRIPE).transpose(2, 3, 0, 4, 1)
+    corrections = np.float32(128) * values.astype(np.float32).sum(axis=0)
+    return np.ascontiguousarray(laid).view(np.uint32).reshape(count, PANEL // STRIPE, quads, STRIPE), \
+        np.concatenate([pack_bias(bias, columns), pack_bias(scales, columns), pack_bias(corrections, columns)])
+
+
+def has_byte_products() -> bool:
+    """Whether numba compiles for a CPU with the byte multiply-adds of ``pack_bytes``'s tiles: AVX2's (8
+    lanes) or AVX-512BW's (16)."""
+    return _host_has("avx512bw") if LANES == 16 else _host_has("avx2")
 
 
 def pack_bfloat16(weight: np.ndarray) -> np.ndarray:
