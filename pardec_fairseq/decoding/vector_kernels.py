@@ -61,11 +61,7 @@ TILE_ROWS = 4  # rows of a full tile
 # 256-byte row in four parts: from memory on a Zen 3 core, 4 rows x (256, 1024) took 120-169 us so,
 # and 71-72 us in stripes (one row: 52-60 us across the panel, 36-44 us in stripes)
 STRIPE = PANEL if LANES == 16 else 16
-# how many of a stripe's rows ahead a tile of several rows asks for its weights (software prefetch):
-# such a tile multiplies each byte it reads several times, and without the hint its arithmetic and
-# its reads from memory took turns. On the Zen 3 VM (2 threads) a 4-token pass of the recipe's
-# verifier took 1.47-1.48 ms of arithmetic without it and 1.32-1.34 with it (8 rows ahead: 1.30-1.37;
-# 32: 1.43); a one-row tile streams its weights fast enough without it (and was slower with it)
+# how many of a stripe's rows ahead a tile asks for its weights (software prefetch, ``_prefetch_locality``)
 PREFETCH_ROWS = 16
 # a byte product's weight levels either side of zero: 2 * 255 * 63 fits the int16 sums of vpmaddubsw
 BYTE_WEIGHT_LARGEST = 63
@@ -82,6 +78,23 @@ class _BFloat(ir.Type):
 
     def __hash__(self):
         return hash("bfloat")
+
+
+def _prefetch_locality(rows: int, exact: bool):
+    """How a tile asks for its weights ahead (LLVM's prefetch locality), or ``None``: not at all.
+
+    Float32 weights (``exact``: the verifier's) are read once a pass and a pass reads more of them than
+    the last-level cache holds (the recipe's verifier 19.5 MB, the Zen 3 VM's L3 8 MB), so they are
+    asked for non-temporally (0): they stream through without evicting what stays, the drafter's
+    weights and the caches. On the Zen 3 VM (2 threads, first 100 LibreOffice sentences) a greedy
+    pass took 2.25-2.40 ms so against 2.61-2.65 unhinted, a `gad` pass with the draft head 3.54-3.90
+    against 4.25-4.39. A drafter's weights (quantized) are read again at each step: a tile of several
+    rows asks for them to stay (3), since without the hint its arithmetic and its reads from memory
+    took turns (a 4-token pass: 1.47 ms of arithmetic unhinted, 1.33 hinted, 16 rows ahead; 8: 1.30-1.37,
+    32: 1.43); one row streams fast enough unhinted (and was slower hinted)."""
+    if exact:
+        return 0
+    return 3 if rows > 1 else None
 
 
 def _byte_multiply_add(builder, lanes: int):
@@ -116,9 +129,9 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
     multiplied by the column scales that follow the bias in ``bias``; uint32 ``x`` and ``panels`` hold 4
     bytes each (``byte_quads``, ``pack_bytes``), multiplied and summed in int32 lanes
     (``_byte_multiply_add``), the sums less the corrections that follow the scales, times the scales
-    (``finish_rows`` scales the rows and adds the bias). Tiles of several rows ask for their weights
-    ``PREFETCH_ROWS`` rows ahead. ``lanes``: floats per vector (LLVM splits wider ones; byte tiles need
-    8, or 16 with AVX-512BW)."""
+    (``finish_rows`` scales the rows and adds the bias). Tiles ask for their weights ``PREFETCH_ROWS``
+    rows ahead as ``_prefetch_locality`` says. ``lanes``: floats per vector (LLVM splits wider ones;
+    byte tiles need 8, or 16 with AVX-512BW)."""
     vectors = columns // lanes
 
     @intrinsic
@@ -212,13 +225,14 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
             prefetch = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
                 "llvm.prefetch.p0i8")
+            locality = _prefetch_locality(rows, exact=not (quads or quantized or widened or pairs))
             with cgutils.for_range(builder, depth) as loop:
                 row_offset = builder.mul(loop.index, stripe)
                 ahead = builder.mul(builder.add(loop.index, const(PREFETCH_ROWS)), stripe)
                 for v in range(vectors):
-                    if rows > 1 and (v * lanes) % 16 == 0:  # a cache line's first vector
+                    if locality is not None and (v * lanes) % 16 == 0:  # a cache line's first vector
                         address = builder.bitcast(builder.gep(starts[v], [ahead]), ir.IntType(8).as_pointer())
-                        builder.call(prefetch, [address, ir.Constant(i32, 0), ir.Constant(i32, 3),
+                        builder.call(prefetch, [address, ir.Constant(i32, 0), ir.Constant(i32, locality),
                                                 ir.Constant(i32, 1)])
                 weights = [load_weights(starts[v], row_offset) for v in range(vectors)]
                 for r in range(rows):
