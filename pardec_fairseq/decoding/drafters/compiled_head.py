@@ -19,15 +19,17 @@ from pardec_fairseq.decoding.compiled_layers import CompiledLayers, log_sum_exp,
 
 
 @numba.njit(cache=True, nogil=True)
-def _draft(tokens, last_states, embeddings, fuse, slot_embedding, final_norm, output, first, steps, sees,
+def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, output, first, steps, sees,
            cache_views, layer_weights, memory):
-    """Each row's drafted tokens ``[rows, steps * k]``: ``steps`` calls of the head, each drafting the top-1
-    token of its ``k`` slots. Slot ``i``'s input is ``fuse(embedding of the row's last token, its last
-    state) + slot_embedding[i]``; after a call, its slots' features stand in for the verifier's states
-    not computed yet (their keys and values are written where the verifier's will be, the last slot's
-    token and features are the next call's last token and state). ``fuse``/``output``: packed products
-    ``(panels, bias, columns)``; ``final_norm``: ``(weight, bias, eps)``; ``memory`` as ``_remember``'s."""
-    rows = tokens.shape[0]
+    """Each row's drafted tokens ``[rows, steps * k]`` and their counts ``[rows]``: ``steps`` calls of the
+    head, each drafting the top-1 token of its ``k`` slots, after each row's last token
+    ``outputs[r, first[r]]`` (its accepted output so far). Slot ``i``'s input is ``fuse(embedding of the
+    row's last token, its last state) + slot_embedding[i]``; after a call, its slots' features stand in
+    for the verifier's states not computed yet (their keys and values are written where the verifier's
+    will be, the last slot's token and features are the next call's last token and state).
+    ``fuse``/``output``: packed products ``(panels, bias, columns)``; ``final_norm``: ``(weight, bias,
+    eps)``; ``memory`` as ``_remember``'s."""
+    rows = outputs.shape[0]
     k, d = slot_embedding.shape
     width = embeddings.shape[1]
     drafted = np.empty((rows, steps * k), dtype=np.int64)
@@ -37,7 +39,7 @@ def _draft(tokens, last_states, embeddings, fuse, slot_embedding, final_norm, ou
     first = first.copy()
     for step in range(steps):
         for r in range(rows):
-            inputs[r, :width] = embeddings[tokens[r] if step == 0 else drafted[r, step * k - 1]]
+            inputs[r, :width] = embeddings[outputs[r, first[r]] if step == 0 else drafted[r, step * k - 1]]
         fused = vector_kernels.product(inputs, *fuse)
         x = np.empty((rows, k, d), dtype=np.float32)
         for r in range(rows):
@@ -53,7 +55,7 @@ def _draft(tokens, last_states, embeddings, fuse, slot_embedding, final_norm, ou
             for r in range(rows):
                 inputs[r, width:] = features[r * k + k - 1]
                 first[r] += k
-    return drafted
+    return drafted, np.full(rows, steps * k, dtype=np.int64)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -161,6 +163,15 @@ def _draft_tree(tokens, last_states, embeddings, fuse, slot_embedding, final_nor
 
 
 @numba.njit(cache=True, nogil=True)
+def _remember_accepted(states, first, accepted, last_states, memory, keys, values):
+    """``_remember`` of a pass's states ``[rows, m, d]``, and each row's state of its last accepted
+    position (``accepted[r]``) into ``last_states`` ``[rows, d]``."""
+    _remember(states, first, memory, keys, values)
+    for r in range(states.shape[0]):
+        last_states[r] = states[r, accepted[r]]
+
+
+@numba.njit(cache=True, nogil=True)
 def _remember(states, first, memory, keys, values):
     """Each layer's keys and values of ``states`` ``[rows, m, d]`` (``memory[l]``: the packed product
     ``(panels, bias, columns)``, keys then values), written at columns ``first[r] + j`` of
@@ -194,14 +205,17 @@ class CompiledHead:
                            np.float32(final_norm.eps))
         self.memory = tuple(product.operands for product in memory)
 
-    def draft(self, cache, tokens: Tensor, last_states: Tensor, lengths: Tensor, sees: Tensor,
-              steps: int = 1) -> Tensor:
-        """``[rows, steps * k]``: ``steps`` calls' slots' top-1 tokens after each row's last token
-        ``tokens`` ``[rows]``, the slots written at columns ``lengths[r]`` on of ``cache``."""
-        cache.reserve(int(lengths.max()) + steps * self.slot_embedding.shape[0])
-        return torch.from_numpy(_draft(tokens.numpy(), last_states.numpy(), self.embeddings, self.fuse,
-                                       self.slot_embedding, self.final_norm, self.output, lengths.numpy(), steps,
-                                       sees.numpy(), cache.numpy_views(), self.layer_weights, self.memory))
+    def draft(self, cache, outputs: Tensor, last_states: Tensor, lengths: Tensor, sees: Tensor,
+              steps: int = 1):
+        """``[rows, steps * k]`` and the counts ``[rows]``: ``steps`` calls' slots' top-1 tokens after each
+        row's last token ``outputs[r, lengths[r]]``, the slots written at columns ``lengths[r]`` on of
+        ``cache``. In one compiled call: in the loop each torch operation around it cost microseconds."""
+        first = lengths.numpy()
+        cache.reserve(int(first.max()) + steps * self.slot_embedding.shape[0])
+        drafted, counts = _draft(outputs.numpy(), last_states.numpy(), self.embeddings, self.fuse, self.slot_embedding,
+                                 self.final_norm, self.output, first, steps, sees.numpy(), cache.numpy_views(),
+                                 self.layer_weights, self.memory)
+        return torch.from_numpy(drafted), torch.from_numpy(counts)
 
     def draft_tree(self, cache, tokens: Tensor, last_states: Tensor, lengths: Tensor, steps: int, branches: int,
                    least_probability: float):
@@ -215,8 +229,10 @@ class CompiledHead:
                            self.layer_weights, self.memory)
         return tuple(torch.from_numpy(part) for part in tree)
 
-    def remember(self, cache, states: Tensor, lengths: Tensor):
-        """Write the keys and values of ``states`` ``[rows, m, d]`` (contiguous) at columns ``lengths[r]`` on."""
-        cache.reserve(int(lengths.max()) + states.size(1))
+    def remember(self, cache, states: Tensor, lengths: Tensor, accepted: Tensor, last_states: Tensor):
+        """Write the keys and values of ``states`` ``[rows, m, d]`` (contiguous) at columns ``lengths[r]`` on,
+        and each row's state at its last accepted position ``accepted[r]`` into ``last_states`` ``[rows, d]``."""
+        first = lengths.numpy()
+        cache.reserve(int(first.max()) + states.size(1))
         keys, values = cache.numpy_views()[:2]
-        _remember(states.numpy(), lengths.numpy(), self.memory, keys, values)
+        _remember_accepted(states.numpy(), first, accepted.numpy(), last_states.numpy(), self.memory, keys, values)

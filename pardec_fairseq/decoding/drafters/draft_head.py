@@ -170,6 +170,10 @@ class DraftHeadDrafter(Drafter):
         self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
 
     def propose(self, state) -> Proposal:
+        if self.compiled_head is not None and not self.grows_tree and self.refinement is None:
+            tokens, counts = self.compiled_head.draft(self.cache, state.tokens, self.last_state, state.lengths,
+                                                      self.all_slots.sees, self.steps)
+            return Proposal(tokens=tokens, lengths=counts)
         last_tokens = state.last_tokens().view(-1)
         if self.refinement is not None:
             logits = self.output_layer(self.slot_features(last_tokens, self.last_state, state.lengths))
@@ -185,11 +189,7 @@ class DraftHeadDrafter(Drafter):
             # one branch per level is a chain, as long as its path stays likely enough
             return Proposal(tokens=tokens[:, :width], lengths=counts,
                             parents=parents[:, :width] if self.branches > 1 and width > 0 else None)
-        if self.compiled_head is not None:
-            tokens = self.compiled_head.draft(self.cache, last_tokens, self.last_state, state.lengths,
-                                              self.all_slots.sees, self.steps)
-        else:
-            tokens = self._draft(last_tokens, state.lengths)
+        tokens = self._draft(last_tokens, state.lengths)
         return Proposal(tokens=tokens, lengths=torch.full_like(state.lengths, tokens.size(1)))
 
     def _draft(self, last_tokens, lengths):
@@ -279,9 +279,10 @@ class DraftHeadDrafter(Drafter):
         if verdict.path is not None:
             states = states.gather(1, verdict.path.unsqueeze(2).expand(-1, -1, states.size(2)))
         if self.compiled_head is not None:
-            self.compiled_head.remember(self.cache, states.contiguous(), state.lengths)
-        else:
-            self._remember(states, state.lengths)
+            self.compiled_head.remember(self.cache, states.contiguous(), state.lengths, verdict.accepted,
+                                        self.last_state)
+            return
+        self._remember(states, state.lengths)
         self.last_state = states.gather(1, verdict.accepted.view(-1, 1, 1).expand(-1, 1, states.size(2))).squeeze(1)
 
     def _remember(self, states, lengths):
