@@ -3,7 +3,8 @@ tiles of 4 and the 1-3 left over) and every tile geometry, any input width, outp
 panel, on its edge and past it (the zero-padded last panel), with and without a bias; and the
 kernel refuses arrays it cannot read as contiguous float32 rows. Packed in bfloat16, the products
 are those of the operands rounded to bfloat16 (ties to even), accumulated in float32; packed in
-int8, those of the weight rounded per column."""
+int8, those of the weight rounded per column; packed in bytes, those of the rows rounded to bytes and
+the weight to 63 levels a side, exactly summed (and never saturated) in integers."""
 import numba
 import numpy as np
 import pytest

@@ -89,9 +89,10 @@ def _prefetch_locality(rows: int, exact: bool):
     weights and the caches. On the Zen 3 VM (2 threads, first 100 LibreOffice sentences) a greedy
     pass took 2.25-2.40 ms so against 2.61-2.65 unhinted, a `gad` pass with the draft head 3.54-3.90
     against 4.25-4.39. A drafter's weights (quantized) are read again at each step: a tile of several
-    rows asks for them to stay (3), since without the hint its arithmetic and its reads from memory
-    took turns (a 4-token pass: 1.47 ms of arithmetic unhinted, 1.33 hinted, 16 rows ahead; 8: 1.30-1.37,
-    32: 1.43); one row streams fast enough unhinted (and was slower hinted)."""
+    rows asks for them to stay (3), since without a hint its arithmetic and its reads from memory take
+    turns (measured on the verifier before the non-temporal hint: its 4-token pass's arithmetic took
+    1.47 ms unhinted, 1.33 with this one 16 rows ahead, 1.30-1.37 8 ahead, 1.43 32 ahead); one row
+    streams fast enough unhinted (and was slower hinted)."""
     if exact:
         return 0
     return 3 if rows > 1 else None
@@ -155,8 +156,10 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
             out_data = cgutils.create_struct_proxy(signature.args[6])(context, builder, value=out_arg)
             i64, i32 = ir.IntType(64), ir.IntType(32)
             vector = ir.VectorType(ir.FloatType(), lanes)
-            # what a row of a panel holds: floats, bfloat16 pairs, bfloat16 values or int8 ones to widen
-            operand = ir.VectorType(i32, lanes) if pairs or quads else ir.VectorType(ir.IntType(16), lanes) if widened \
+            # what a row of a panel holds: floats, bfloat16 pairs or byte quads, bfloat16 values or int8
+            # ones to widen
+            operand = ir.VectorType(i32, lanes) if pairs or quads \
+                else ir.VectorType(ir.IntType(16), lanes) if widened \
                 else ir.VectorType(ir.IntType(8), lanes) if quantized else vector
             # byte quads sum in int32 lanes, everything else in float32 ones
             accumulated = ir.VectorType(i32, lanes) if quads else vector
@@ -349,17 +352,17 @@ def byte_quads(x):
 
 
 def rows_for(x, panels):
-    """``x`` as ``panels`` multiply it and each row's scale: itself (scales of 1), its bfloat16 pairs for
-    bfloat16 panels, its byte quads for byte panels (``byte_quads``)."""
+    """``x`` as ``panels`` multiply it and each row's scale: itself, or its bfloat16 pairs for bfloat16
+    panels (no scales), or its byte quads and their scales for byte panels (``byte_quads``)."""
 
 
 @overload(rows_for)
 def _rows_for(x, panels):
     if panels.dtype == types.int32:
-        return lambda x, panels: (bfloat16_pairs(x), np.ones(x.shape[0], dtype=np.float32))
+        return lambda x, panels: (bfloat16_pairs(x), None)
     if panels.dtype == types.uint32:
         return lambda x, panels: byte_quads(x)
-    return lambda x, panels: (x, np.ones(x.shape[0], dtype=np.float32))
+    return lambda x, panels: (x, None)
 
 
 def finish_rows(out, panels, scales, bias):
