@@ -466,13 +466,14 @@ def pack_bytes(weight: np.ndarray, bias=None):
     shift by 128, each padded to whole panels, one after the other."""
     depth, columns = weight.shape
     values, scales = int8_columns(weight, BYTE_WEIGHT_LARGEST)
-    quads, count = -(-depth // 4), -(-columns // PANEL)
-    padded = np.zeros((4 * quads, count * PANEL), dtype=np.int8)
-    padded[:depth, :columns] = values
-    # [quads, 4, panels, stripes, stripe] -> [panels, stripes, quads, stripe, 4]: a column's 4 inputs together
-    laid = padded.reshape(quads, 4, count, PANEL // STRIPE, STRIPE).transpose(2, 3, 0, 4, 1)
+    quads = -(-depth // 4)
+    # ``pack``'s layout of the inputs padded to whole quads, then each column's 4 inputs side by side:
+    # [panels, stripes, quads, 4, stripe] -> [panels, stripes, quads, stripe, 4]
+    packed = pack(np.pad(values, ((0, 4 * quads - depth), (0, 0))).astype(np.float32)).astype(np.int8)
+    panels, stripes, _, stripe = packed.shape
+    laid = packed.reshape(panels, stripes, quads, 4, stripe).transpose(0, 1, 2, 4, 3)
     corrections = np.float32(128) * values.astype(np.float32).sum(axis=0)
-    return np.ascontiguousarray(laid).view(np.uint32).reshape(count, PANEL // STRIPE, quads, STRIPE), \
+    return np.ascontiguousarray(laid).view(np.uint32).reshape(panels, stripes, quads, stripe), \
         np.concatenate([pack_bias(bias, columns), pack_bias(scales, columns), pack_bias(corrections, columns)])
 
 
