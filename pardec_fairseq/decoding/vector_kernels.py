@@ -50,12 +50,17 @@ def _host_has(feature: str) -> bool:
 
 # floats per vector register: 16 with AVX-512 (32 registers), else 8 (AVX2: 16 registers)
 LANES = 16 if _host_has("avx512f") else 8
-# columns of the panel a tile of 1..5 rows covers, so that its accumulators, the weight's vectors
+# columns of the panel a tile of 1..6 rows covers, so that its accumulators, the weight's vectors
 # and a broadcast fit the registers: 4 rows x 64 columns take 16 of AVX-512's 32, while with AVX2's
-# 16 the same tile spilled to the stack (4 x 8 accumulators); there a tile of 3-5 rows covers 16
-# columns and one of 2 rows 32
-TILE_COLUMNS = (0, PANEL, PANEL, PANEL, PANEL, PANEL) if LANES == 16 else (0, PANEL, 32, 16, 16, 16)
-TILE_ROWS = 4  # rows of a full tile
+# 16 the same tile spilled to the stack (4 x 8 accumulators); there a tile of 3-6 rows covers 16
+# columns (6 rows: 12 accumulators, 2 weight vectors, a broadcast) and one of 2 rows 32
+TILE_COLUMNS = (0, PANEL, PANEL, PANEL, PANEL, PANEL, PANEL) if LANES == 16 else (0, PANEL, 32, 16, 16, 16, 16)
+# rows of a full tile: a pass's weights are read from memory once per tile, so a pass over up to
+# TILE_ROWS tokens costs what a one-token pass does. With AVX2, 6: on the Zen 3 VM (2 threads, the
+# recipe verifier's 19.5 MB of products) 6 rows took 1.03-1.12 ms, 1 row 0.89-0.96; in tiles of 4
+# (4 + 2) 6 rows took 1.4 ms, the second tile's arithmetic adding to the first's reads. 7-8 rows in
+# one tile spill the accumulators (1.8-2.1 ms). AVX-512's tiles stay at the 4 rows measured there.
+TILE_ROWS = 4 if LANES == 16 else 6
 # columns of a panel that ``pack`` stores together: the narrowest tile's, so that a tile reads its
 # weights in memory order. Interleaved across the panel, the 16-column tiles of AVX2 read every
 # 256-byte row in four parts: from memory on a Zen 3 core, 4 rows x (256, 1024) took 120-169 us so,
@@ -267,36 +272,47 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
     return tile
 
 
-_tile1, _tile2, _tile3, _tile4, _tile5 = (_tile(rows, TILE_COLUMNS[rows]) for rows in range(1, 6))
-_COLUMNS1, _COLUMNS2, _COLUMNS3, _COLUMNS4, _COLUMNS5 = TILE_COLUMNS[1:]
+_tile1, _tile2, _tile3, _tile4, _tile5, _tile6 = (_tile(rows, TILE_COLUMNS[rows]) for rows in range(1, 7))
+_COLUMNS1, _COLUMNS2, _COLUMNS3, _COLUMNS4, _COLUMNS5, _COLUMNS6 = TILE_COLUMNS[1:]
+
+
+@numba.njit(cache=True, nogil=True)
+def _rows_into(x, r, rows, panels, p, bias, out, c0):
+    """Rows ``r .. r + rows - 1`` (1 to 6) of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``: one tile
+    across the panel in its ``TILE_COLUMNS``."""
+    if rows == 6:
+        for q in range(0, PANEL, _COLUMNS6):
+            _tile6(x, r, panels, p, q, bias, out, r, c0)
+    elif rows == 5:
+        for q in range(0, PANEL, _COLUMNS5):
+            _tile5(x, r, panels, p, q, bias, out, r, c0)
+    elif rows == 4:
+        for q in range(0, PANEL, _COLUMNS4):
+            _tile4(x, r, panels, p, q, bias, out, r, c0)
+    elif rows == 3:
+        for q in range(0, PANEL, _COLUMNS3):
+            _tile3(x, r, panels, p, q, bias, out, r, c0)
+    elif rows == 2:
+        for q in range(0, PANEL, _COLUMNS2):
+            _tile2(x, r, panels, p, q, bias, out, r, c0)
+    elif rows == 1:
+        for q in range(0, PANEL, _COLUMNS1):
+            _tile1(x, r, panels, p, q, bias, out, r, c0)
 
 
 @numba.njit(cache=True, nogil=True)
 def panel_into(x, panels, p, bias, out, c0):
-    """Every row of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``: in tiles of 4 rows (the panel
-    stays in the second-level cache between them) and one of the rest, each tile across the panel in
-    its ``TILE_COLUMNS``. A lone row left over joins the last tile: a one-row tile's 4 accumulator
-    chains leave the FMA pipes half idle, so 5 rows took 1.2x as long as 4 + 1 (the draft head's
-    pass over a row's last token and 4 drafted ones)."""
+    """Every row of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``: in tiles of ``TILE_ROWS`` rows (the
+    panel stays in the second-level cache between them) and one of the rest. A lone row left over
+    joins the last tile where it fits (AVX-512's 4 + 1 rows): a one-row tile's 4 accumulator chains
+    leave the FMA pipes half idle, so 5 rows took 1.2x as long as 4 + 1."""
     rows = x.shape[0]
     r = 0
-    while r + TILE_ROWS <= rows and rows - r != TILE_ROWS + 1:
-        for q in range(0, PANEL, _COLUMNS4):
-            _tile4(x, r, panels, p, q, bias, out, r, c0)
-        r += TILE_ROWS
-    left = rows - r
-    if left == 5:
-        for q in range(0, PANEL, _COLUMNS5):
-            _tile5(x, r, panels, p, q, bias, out, r, c0)
-    elif left == 3:
-        for q in range(0, PANEL, _COLUMNS3):
-            _tile3(x, r, panels, p, q, bias, out, r, c0)
-    elif left == 2:
-        for q in range(0, PANEL, _COLUMNS2):
-            _tile2(x, r, panels, p, q, bias, out, r, c0)
-    elif left == 1:
-        for q in range(0, PANEL, _COLUMNS1):
-            _tile1(x, r, panels, p, q, bias, out, r, c0)
+    while r < rows:
+        left = rows - r
+        take = left if left <= TILE_ROWS or (left == TILE_ROWS + 1 and TILE_ROWS < 5) else TILE_ROWS
+        _rows_into(x, r, take, panels, p, bias, out, c0)
+        r += take
 
 
 # multiply-adds from which a product shares its panels among numba's threads: measured on this
