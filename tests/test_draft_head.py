@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
+from pardec_fairseq.decoding.drafters import compiled_head
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter, likeliest_nodes
 from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator
 from pardec_fairseq.decoding.engine import DecodingState
@@ -293,7 +294,13 @@ def test_a_draft_tree_keeps_each_levels_likeliest_paths_rolled_out_by_hand(compi
             assert proposal == expected and parents == [nodes.index(path[:-1]) for path in nodes[1:]], t
 
 
-def test_a_draft_tree_cut_to_its_likeliest_nodes_keeps_their_order_and_parents():
+def _compiled_likeliest_nodes(tokens, parents, path_log_probs, counts, nodes):
+    return tuple(torch.from_numpy(part) for part in compiled_head._likeliest_nodes(
+        tokens.numpy(), parents.numpy(), path_log_probs.numpy(), counts.numpy(), nodes))
+
+
+@pytest.mark.parametrize("likeliest_nodes", [likeliest_nodes, _compiled_likeliest_nodes])
+def test_a_draft_tree_cut_to_its_likeliest_nodes_keeps_their_order_and_parents(likeliest_nodes):
     # two rows: pass positions 1..5 (row 1: three nodes, then filler)
     words = torch.tensor([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]])
     parents = torch.tensor([[0, 0, 1, 2, 1], [0, 1, 1, 0, 0]])
@@ -307,6 +314,10 @@ def test_a_draft_tree_cut_to_its_likeliest_nodes_keeps_their_order_and_parents()
     assert kept_counts.tolist() == [3, 3]
     one = likeliest_nodes(words, parents, path_log_probs, counts, 1)
     assert one[0].tolist() == [[5], [10]] and one[1].tolist() == [[0], [0]] and one[2].tolist() == [1, 1]
+    # row 1 has fewer nodes than kept: its filler comes last and counts not
+    four = likeliest_nodes(words, parents, path_log_probs, counts, 4)
+    assert four[0].tolist() == [[5, 6, 7, 9], [10, 11, 12, 0]] and four[1].tolist() == [[0, 0, 1, 1], [0, 1, 1, 0]]
+    assert four[2].tolist() == [4, 3]
 
 
 class _ProposalRecorder(LoopObserver):

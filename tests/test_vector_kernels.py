@@ -99,6 +99,19 @@ def test_large_products_share_their_panels_among_threads_to_the_same_numbers(row
     np.testing.assert_allclose(alone, x @ weight, rtol=1e-4, atol=1e-4 * depth ** 0.5)
 
 
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(2, 16), depth=st.integers(1, 300), columns=st.sampled_from([17, 64, 200, 1024]),
+       seed=st.integers(0, 10_000))
+def test_a_rows_product_does_not_depend_on_the_tile_it_falls_in(rows, depth, columns, seed):
+    """Each row's numbers are the same bits alone as among others (whichever tile and thread take it):
+    a sentence's output cannot depend on its batch or on the length of its draft."""
+    x, weight, bias = random_operands(seed, rows, depth, columns, True)
+    panels, packed_bias = vector_kernels.pack(weight), vector_kernels.pack_bias(bias, columns)
+    together = vector_kernels.product(x, panels, packed_bias, columns)
+    for r in range(rows):
+        np.testing.assert_array_equal(vector_kernels.product(x[r:r + 1], panels, packed_bias, columns), together[r:r + 1])
+
+
 needs_bfloat16_dot = pytest.mark.skipif(not vector_kernels.has_bfloat16_dot(),
                                         reason="the CPU has no AVX-512 bfloat16 dot product")
 
@@ -229,7 +242,7 @@ def test_byte_products_do_not_saturate_at_the_extremes(sign):
 
 
 @needs_byte_products
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6])
 @pytest.mark.parametrize("columns", [16, 32, 64])
 def test_every_byte_tile_geometry_computes_the_product(rows, columns):
     """AVX2's byte tiles (8 lanes of 4 bytes) over 16-column stripes, as ``_tiles_of`` runs float ones."""

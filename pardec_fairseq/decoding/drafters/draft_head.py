@@ -180,11 +180,13 @@ class DraftHeadDrafter(Drafter):
             return self.refinement.propose(Lattice.of(logits, self.refinement.top_k), state)
         if self.grows_tree:
             if self.compiled_head is not None:
-                tree = self.compiled_head.draft_tree(self.cache, last_tokens, self.last_state, state.lengths,
-                                                     self.steps, self.branches, self.least_probability)
+                tokens, parents, counts = self.compiled_head.draft_tree(
+                    self.cache, last_tokens, self.last_state, state.lengths, self.steps, self.branches,
+                    self.least_probability, self.nodes)
             else:
                 tree = self.draft_tree(last_tokens, state.lengths)
-            tokens, parents, counts = likeliest_nodes(*tree, self.nodes) if self.nodes else (tree[0], tree[1], tree[3])
+                tokens, parents, counts = likeliest_nodes(*tree, self.nodes) if self.nodes else \
+                    (tree[0], tree[1], tree[3])
             width = int(counts.max())
             # one branch per level is a chain, as long as its path stays likely enough
             return Proposal(tokens=tokens[:, :width], lengths=counts,
