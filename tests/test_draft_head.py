@@ -48,22 +48,24 @@ def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_
        verifier_path=st.sampled_from(["fast", "fairseq"]), pre_norm=st.booleans(), compiled=st.booleans(),
        draft_vocab=st.sampled_from([0, 3, 9]), precision=st.sampled_from(["float32", "bfloat16", "int8"]),
        steps=st.sampled_from([None, 1, 2, 3]),
-       tree=st.sampled_from([(1, 0.0, 0), (2, 0.0, 0), (3, 0.2, 0), (1, 0.3, 0), (2, 0.0, 3)]))
+       tree=st.sampled_from([(1, 0.0, 0, 0), (2, 0.0, 0, 0), (3, 0.2, 0, 0), (1, 0.3, 0, 0), (2, 0.0, 3, 0),
+                             (1, 0.0, 0, 1), (1, 0.0, 0, 2)]))
 def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size, layers, eos_bias, batch, max_len_b,
                                                                batch_of, verifier_path, pre_norm, compiled,
                                                                draft_vocab, precision, steps, tree):
-    """``tree``: branches, least path probability and nodes verified, for a one-slot head (a tree needs
-    the fast verifier)."""
+    """``tree``: branches, least path probability, nodes verified and runner-up leaves (at most the steps
+    drafted), for a one-slot head (a tree needs the fast verifier)."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias,
                                  decoder_normalize_before=pre_norm, encoder_normalize_before=pre_norm)
     collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
     expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
-    branches, least_probability, nodes = tree if block_size == 1 else (1, 0.0, 0)
-    verifier_path = "fast" if branches > 1 else verifier_path
+    branches, least_probability, nodes, leaves = tree if block_size == 1 else (1, 0.0, 0, 0)
+    leaves = min(leaves, 3 if steps is None else steps)  # leaves go beside drafted tokens
+    verifier_path = "fast" if branches > 1 or leaves else verifier_path
     drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval(), draft_vocab=draft_vocab,
                                precision=precision, steps=steps, branches=branches,
-                               least_probability=least_probability, nodes=nodes)
+                               least_probability=least_probability, nodes=nodes, leaves=leaves)
     assert drafter.compiled is not None
     if not compiled:  # the head's layers through torch, as on a GPU
         drafter.compiled = drafter.compiled_head = None
@@ -115,17 +117,18 @@ def test_draft_vocab_is_refused_for_a_verifier_with_its_own_output_layer():
     (1, "float32", 1, 3, (1, 0.0, 0)), (2, "float32", 1, 3, (1, 0.0, 0)), (2, "bfloat16", 1, 3, (1, 0.0, 0)),
     (2, "float32", 3, 3, (1, 0.0, 0)), (1, "bfloat16", 2, 3, (1, 0.0, 0)), (1, "int8", 3, 1, (1, 0.0, 0)),
     (1, "float32", 3, 1, (2, 0.0, 0)), (2, "float32", 4, 1, (3, 0.05, 0)), (1, "float32", 4, 1, (1, 0.1, 0)),
-    (1, "float32", 4, 1, (2, 0.0, 3))])
+    (1, "float32", 4, 1, (2, 0.0, 3)), (1, "float32", 3, 1, (1, 0.0, 0, 2)), (1, "int8", 2, 1, (1, 0.0, 0, 2))])
 @torch.no_grad()
 def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations_do(layers, precision, steps,
                                                                                    block_size, tree):
-    """``tree``: a one-slot head's branches, least path probability and nodes verified (trees and chains
-    of per-row lengths)."""
+    """``tree``: a one-slot head's branches, least path probability, nodes verified (trees and chains of
+    per-row lengths) and runner-up leaves beside a chain."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=2).eval()
     model = build_head(verifier, block_size=block_size, layers=layers, seed=4).eval()
     compiled, plain = (DraftHeadDrafter(model, precision=precision, steps=steps, branches=tree[0],
-                                        least_probability=tree[1], nodes=tree[2]) for _ in range(2))
+                                        least_probability=tree[1], nodes=tree[2], leaves=(tree + (0,))[3])
+                       for _ in range(2))
     assert compiled.compiled_head is not None
     plain.compiled_head = None
     batch = make_batch(dictionary, [[4, 5, 6, 7, 8], [9, 10], [11, 12, 13]])
@@ -146,7 +149,10 @@ def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations
         torch.testing.assert_close(compiled.cache.buffers, plain.cache.buffers)  # what later calls wrote
         states = torch.randn(3, 4, verifier.decoder.output_embed_dim, generator=generator)
         scores = SimpleNamespace(hidden_states=lambda model: states)
-        verdict = SimpleNamespace(path=None, accepted=torch.tensor(accepted))
+        path = None  # a tree's verdict: the kept pass positions, gathered by each update
+        if drafts[0].parents is not None:
+            path = torch.stack([torch.randperm(4, generator=generator) for _ in range(3)])[:, :max(accepted) + 1]
+        verdict = SimpleNamespace(path=path, accepted=torch.tensor(accepted))
         for drafter in (compiled, plain):
             drafter.update(scores, verdict, state)
         torch.testing.assert_close(compiled.cache.buffers, plain.cache.buffers)
@@ -440,8 +446,19 @@ def test_drafting_steps_default_to_three_for_a_one_slot_head_and_steps_and_trees
                                              "one branch per level or more"):
             DraftHeadDrafter(build_head(verifier, block_size=1).eval(), branches=branches,
                              least_probability=least_probability, nodes=nodes)
-    with pytest.raises(ValueError, match="--draft-head-branches 4: the head drafts among 3 words; branch at most"):
+    with pytest.raises(ValueError, match="--draft-head-branches 4, --draft-head-leaves 0: the head drafts among 3 "
+                                         "words; branch at most"):
         DraftHeadDrafter(build_head(verifier, block_size=1).eval(), draft_vocab=3, branches=4)
+    with pytest.raises(ValueError, match="--draft-head-leaves 1: the head drafts among 1 words"):
+        DraftHeadDrafter(build_head(verifier, block_size=1).eval(), draft_vocab=1, leaves=1)
+    for model, options in ((build_head(verifier, block_size=1), {"leaves": 4}),
+                           (build_head(verifier, block_size=1), {"leaves": -1}),
+                           (build_head(verifier, block_size=2), {"leaves": 1}),
+                           (build_head(verifier, block_size=1), {"leaves": 1, "branches": 2}),
+                           (build_head(verifier, block_size=1), {"leaves": 1, "steps": 1, "refinement": refinement})):
+        with pytest.raises(ValueError, match=f"--draft-head-leaves {options['leaves']}: runner-up leaves go beside "
+                                             "the tokens of a chain"):
+            DraftHeadDrafter(model.eval(), **options)
     for model, options in ((build_head(verifier, block_size=2), {"branches": 2}),
                            (build_head(verifier, block_size=1), {"least_probability": 0.1, "refinement": refinement})):
         with pytest.raises(ValueError, match="--draft-head-branches, --draft-head-threshold and --draft-head-nodes "
@@ -450,10 +467,10 @@ def test_drafting_steps_default_to_three_for_a_one_slot_head_and_steps_and_trees
             DraftHeadDrafter(model.eval(), steps=1, **options)
     monkeypatch.setattr(algorithms, "load_drafter_checkpoint", lambda path: ({}, "block_nat"))
     for options in ({"draft_head_steps": 2}, {"draft_head_branches": 2}, {"draft_head_threshold": 0.1},
-                    {"draft_head_nodes": 3}):
+                    {"draft_head_nodes": 3}, {"draft_head_leaves": 1}):
         with pytest.raises(ValueError, match="--draft-head-steps, --draft-head-branches, --draft-head-threshold, "
-                                             "--draft-head-nodes: --drafter-path nat.pt is a block_nat drafter, not "
-                                             "a draft_head"):
+                                             "--draft-head-nodes, --draft-head-leaves: --drafter-path nat.pt is a "
+                                             "block_nat drafter, not a draft_head"):
             algorithms.generalized_aggressive_decoding(DecodingConfig(drafter_path="nat.pt", **options),
                                                        dictionary, dictionary, [verifier])
 

@@ -73,11 +73,12 @@ def generalized_aggressive_decoding(cfg, src_dict, tgt_dict, models):
         return DraftHeadDrafter.from_state(cfg.drafter_path, state, src_dict, tgt_dict, models[0], refinement,
                                            cfg.draft_vocab, draft_products_precision(cfg.draft_precision),
                                            cfg.draft_head_steps, cfg.draft_head_branches, cfg.draft_head_threshold,
-                                           cfg.draft_head_nodes)
+                                           cfg.draft_head_nodes, cfg.draft_head_leaves)
     if cfg.draft_head_steps is not None or cfg.draft_head_branches != 1 or cfg.draft_head_threshold != 0 \
-            or cfg.draft_head_nodes != 0:
-        raise ValueError(f"--draft-head-steps, --draft-head-branches, --draft-head-threshold, --draft-head-nodes: "
-                         f"--drafter-path {cfg.drafter_path} is a {arch} drafter, not a draft_head; drop them")
+            or cfg.draft_head_nodes != 0 or cfg.draft_head_leaves != 0:
+        raise ValueError(f"--draft-head-steps, --draft-head-branches, --draft-head-threshold, --draft-head-nodes, "
+                         f"--draft-head-leaves: --drafter-path {cfg.drafter_path} is a {arch} drafter, not a "
+                         "draft_head; drop them")
     if refinement is not None:
         raise ValueError("--refine and --refine-drafts choose drafts from the lattice of a drafter's top-k tokens "
                          "per position: bpd's heads or a draft_head (--drafter-path); a block_nat drafter's "

@@ -182,6 +182,13 @@ class DecodingConfig(FairseqDataclass):
                   "head's probability of their path; EAGLE-2's reranking), so a pass pays for the drafts most likely "
                   "kept; 0: all of them"},
     )
+    draft_head_leaves: int = field(
+        default=0,
+        metadata={"help": "gad with a one-slot draft_head drafting a chain: beside each of its first N tokens, verify "
+                  "the head's runner-up word as a leaf of a draft tree (needs --verifier fast): where the verifier "
+                  "rejects a drafted token, it often chose the runner-up, which then is kept with the verifier's "
+                  "next token; the head runs no more calls for them. 0: a chain"},
+    )
     refine: REFINE_CHOICES = field(
         default="none",
         metadata={"help": "bpd, and gad with a draft_head: how drafts are chosen from the lattice of the heads' "

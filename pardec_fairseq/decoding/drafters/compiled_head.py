@@ -9,6 +9,8 @@ projection onto the draft words and each slot's argmax are one call (every step 
 proposal in the same call), and the keys and values of the accepted states are projected and written
 in another.
 """
+from typing import Optional
+
 import numba
 import numpy as np
 import torch
@@ -19,20 +21,23 @@ from pardec_fairseq.decoding.compiled_layers import CompiledLayers, log_sum_exp,
 
 
 @numba.njit(cache=True, nogil=True)
-def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, output, first, steps, sees,
+def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, output, first, steps, leaves, sees,
            cache_views, layer_weights, memory):
-    """Each row's drafted tokens ``[rows, steps * k]`` and their counts ``[rows]``: ``steps`` calls of the
-    head, each drafting the top-1 token of its ``k`` slots, after each row's last token
-    ``outputs[r, first[r]]`` (its accepted output so far). Slot ``i``'s input is ``fuse(embedding of the
-    row's last token, its last state) + slot_embedding[i]``; after a call, its slots' features stand in
-    for the verifier's states not computed yet (their keys and values are written where the verifier's
-    will be, the last slot's token and features are the next call's last token and state).
-    ``fuse``/``output``: packed products ``(panels, bias, columns)``; ``final_norm``: ``(weight, bias,
-    eps)``; ``memory`` as ``_remember``'s."""
+    """Each row's drafted tokens ``[rows, steps * k + leaves]`` and their counts ``[rows]``: ``steps`` calls
+    of the head, each drafting the top-1 token of its ``k`` slots, after each row's last token
+    ``outputs[r, first[r]]`` (its accepted output so far); then, for a one-slot head, the runner-up word
+    of each of the first ``leaves`` calls. Slot ``i``'s input is ``fuse(embedding of the row's last
+    token, its last state) + slot_embedding[i]``; after a call, its slots' features stand in for the
+    verifier's states not computed yet (their keys and values are written where the verifier's will be,
+    the last slot's token and features are the next call's last token and state). ``fuse``/``output``:
+    packed products ``(panels, bias, columns)``; ``final_norm``: ``(weight, bias, eps)``; ``memory`` as
+    ``_remember``'s."""
     rows = outputs.shape[0]
     k, d = slot_embedding.shape
     width = embeddings.shape[1]
-    drafted = np.empty((rows, steps * k), dtype=np.int64)
+    drafted = np.empty((rows, steps * k + leaves), dtype=np.int64)
+    best_two = np.empty(2, dtype=np.int64)
+    best_two_scores = np.empty(2, dtype=np.float32)
     inputs = np.empty((rows, width + d), dtype=np.float32)
     for r in range(rows):
         inputs[r, width:] = last_states[r]
@@ -49,13 +54,17 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
         features = norm_rows(x.reshape((rows * k, d)), *final_norm)
         logits = vector_kernels.product(features, *output)
         for j in range(rows * k):
-            drafted[j // k, step * k + j % k] = np.argmax(logits[j])
+            if step < leaves:  # the top two, the first of equals first (as argmax)
+                top_words(logits[j], best_two, best_two_scores)
+                drafted[j, step], drafted[j, steps + step] = best_two[0], best_two[1]
+            else:
+                drafted[j // k, step * k + j % k] = np.argmax(logits[j])
         if step + 1 < steps:
             _remember(features.reshape((rows, k, d)), first, memory, cache_views[0], cache_views[1])
             for r in range(rows):
                 inputs[r, width:] = features[r * k + k - 1]
                 first[r] += k
-    return drafted, np.full(rows, steps * k, dtype=np.int64)
+    return drafted, np.full(rows, steps * k + leaves, dtype=np.int64)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -185,9 +194,17 @@ def _likeliest_nodes(tokens, parents, path_log_probs, counts, nodes):
 
 
 @numba.njit(cache=True, nogil=True)
-def _remember_accepted(states, first, accepted, last_states, memory, keys, values):
-    """``_remember`` of a pass's states ``[rows, m, d]``, and each row's state of its last accepted
-    position (``accepted[r]``) into ``last_states`` ``[rows, d]``."""
+def _remember_accepted(states, path, first, accepted, last_states, memory, keys, values):
+    """``_remember`` of a pass's states ``[rows, n, d]`` (a tree's: those at each row's path's pass
+    positions ``path`` ``[rows, m]``; an empty ``path``: every position, a chain's), and each row's state
+    of its last accepted position (``accepted[r]``) into ``last_states`` ``[rows, d]``."""
+    if path.shape[0] > 0:
+        rows, m = path.shape
+        kept = np.empty((rows, m, states.shape[2]), dtype=states.dtype)
+        for r in range(rows):
+            for j in range(m):
+                kept[r, j] = states[r, path[r, j]]
+        states = kept
     _remember(states, first, memory, keys, values)
     for r in range(states.shape[0]):
         last_states[r] = states[r, accepted[r]]
@@ -228,14 +245,15 @@ class CompiledHead:
         self.memory = tuple(product.operands for product in memory)
 
     def draft(self, cache, outputs: Tensor, last_states: Tensor, lengths: Tensor, sees: Tensor,
-              steps: int = 1):
-        """``[rows, steps * k]`` and the counts ``[rows]``: ``steps`` calls' slots' top-1 tokens after each
-        row's last token ``outputs[r, lengths[r]]``, the slots written at columns ``lengths[r]`` on of
-        ``cache``. In one compiled call: in the loop each torch operation around it cost microseconds."""
+              steps: int = 1, leaves: int = 0):
+        """``[rows, steps * k + leaves]`` and the counts ``[rows]``: ``steps`` calls' slots' top-1 tokens
+        after each row's last token ``outputs[r, lengths[r]]``, the slots written at columns ``lengths[r]``
+        on of ``cache``, then a one-slot head's runner-up words of its first ``leaves`` calls. In one
+        compiled call: in the loop each torch operation around it cost microseconds."""
         first = lengths.numpy()
         cache.reserve(int(first.max()) + steps * self.slot_embedding.shape[0])
         drafted, counts = _draft(outputs.numpy(), last_states.numpy(), self.embeddings, self.fuse, self.slot_embedding,
-                                 self.final_norm, self.output, first, steps, sees.numpy(), cache.numpy_views(),
+                                 self.final_norm, self.output, first, steps, leaves, sees.numpy(), cache.numpy_views(),
                                  self.layer_weights, self.memory)
         return torch.from_numpy(drafted), torch.from_numpy(counts)
 
@@ -254,10 +272,17 @@ class CompiledHead:
             words, parents, counts = _likeliest_nodes(words, parents, path_log_probs, counts, nodes)
         return torch.from_numpy(words), torch.from_numpy(parents), torch.from_numpy(counts)
 
-    def remember(self, cache, states: Tensor, lengths: Tensor, accepted: Tensor, last_states: Tensor):
-        """Write the keys and values of ``states`` ``[rows, m, d]`` (contiguous) at columns ``lengths[r]`` on,
-        and each row's state at its last accepted position ``accepted[r]`` into ``last_states`` ``[rows, d]``."""
+    def remember(self, cache, states: Tensor, path: Optional[Tensor], lengths: Tensor, accepted: Tensor,
+                 last_states: Tensor):
+        """Write the keys and values of ``states`` ``[rows, n, d]`` (contiguous; a tree's at its kept pass
+        positions ``path`` ``[rows, m]``, ``None`` for a chain) at columns ``lengths[r]`` on, and each row's
+        state at its last accepted position ``accepted[r]`` into ``last_states`` ``[rows, d]``."""
         first = lengths.numpy()
-        cache.reserve(int(first.max()) + states.size(1))
+        cache.reserve(int(first.max()) + (states.size(1) if path is None else path.size(1)))
         keys, values = cache.numpy_views()[:2]
-        _remember_accepted(states.numpy(), first, accepted.numpy(), last_states.numpy(), self.memory, keys, values)
+        path = _CHAIN if path is None else path.contiguous().numpy()
+        _remember_accepted(states.numpy(), path, first, accepted.numpy(), last_states.numpy(), self.memory, keys,
+                           values)
+
+
+_CHAIN = np.zeros((0, 0), dtype=np.int64)  # ``_remember_accepted``'s path of a chain: every position

@@ -83,7 +83,8 @@ class _Layers:
 
 class DraftHeadDrafter(Drafter):
     def __init__(self, model: DraftHeadModel, refinement=None, draft_vocab: int = 0, precision: str = "float32",
-                 steps: Optional[int] = None, branches: int = 1, least_probability: float = 0.0, nodes: int = 0):
+                 steps: Optional[int] = None, branches: int = 1, least_probability: float = 0.0, nodes: int = 0,
+                 leaves: int = 0):
         """Drafts with ``model``'s head re-laid (the model is left as it is); ``refinement``: a
         ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from the slots' top-k
         lattice (``None``: each slot's top-1); ``draft_vocab``: the slots draft among the dictionary's
@@ -91,7 +92,9 @@ class DraftHeadDrafter(Drafter):
         ``steps``: calls of the head per proposal (``None``: ``default_steps``); ``branches``,
         ``least_probability``: a one-slot head's draft tree keeps per level the ``branches`` likeliest
         paths at least that likely (``draft_tree``; 1 and 0: a chain of ``steps`` tokens), of which
-        the ``nodes`` likeliest are verified (0: all)."""
+        the ``nodes`` likeliest are verified (0: all); ``leaves``: beside each of a one-slot head's first
+        ``leaves`` drafted tokens, its runner-up word is verified as a leaf of a tree (a rejected token's
+        runner-up is often the verifier's choice: kept, it and the verifier's next token join the output)."""
         head, self.verifier = model.head, model.verifier
         self.steps = default_steps(head.block_size, refinement is not None) if steps is None else steps
         if self.steps < 1:
@@ -106,9 +109,16 @@ class DraftHeadDrafter(Drafter):
         if self.grows_tree and (head.block_size > 1 or refinement is not None):
             raise ValueError("--draft-head-branches, --draft-head-threshold and --draft-head-nodes grow a tree a token "
                              "per call: they need a head trained with --block-size 1 and no --refine")
-        self.refinement, self.branches, self.nodes = refinement, branches, nodes
+        if not 0 <= leaves <= self.steps or leaves and (head.block_size > 1 or refinement is not None or self.grows_tree):
+            raise ValueError(f"--draft-head-leaves {leaves}: runner-up leaves go beside the tokens of a chain drafted "
+                             f"a token per call ({self.steps} here): at most that many, with a head trained with "
+                             "--block-size 1, no --refine and no --draft-head-branches, --draft-head-threshold or "
+                             "--draft-head-nodes")
+        self.refinement, self.branches, self.nodes, self.leaves = refinement, branches, nodes, leaves
         self.least_probability = least_probability
-        self.drafts_trees = (refinement is not None and refinement.drafts > 1) or branches > 1
+        self.drafts_trees = (refinement is not None and refinement.drafts > 1) or branches > 1 or leaves > 0
+        # a chain with leaves: chain token j at pass position j + 1 after position j, leaf j beside it
+        self.leaf_parents = torch.cat([torch.arange(self.steps), torch.arange(leaves)]) if leaves else None
         self.block_size, self.final_norm = head.block_size, head.final_norm
         with torch.no_grad():
             self.layers = [relaid(layer, precision) for layer in head.layers]
@@ -118,9 +128,9 @@ class DraftHeadDrafter(Drafter):
             self.output_layer = draft_projection(decoder, draft_vocab, refinement, precision) \
                 if has_fairseq_output_layer(decoder, draft_vocab) else decoder.output_layer
         words = draft_vocab or len(self.verifier.decoder.dictionary)  # draft_projection checked draft_vocab
-        if branches > words:
-            raise ValueError(f"--draft-head-branches {branches}: the head drafts among {words} words; branch at most "
-                             "that many ways")
+        if branches > words or (leaves and words < 2):
+            raise ValueError(f"--draft-head-branches {branches}, --draft-head-leaves {leaves}: the head drafts among "
+                             f"{words} words; branch at most that many ways (a leaf is a second word)")
         layers = _Layers(self.layers)
         self.compiled = CompiledLayers(layers) if compiles(layers) else None
         # the whole drafting call compiled, where the draft is each slot's top-1 on the vector kernel
@@ -132,7 +142,7 @@ class DraftHeadDrafter(Drafter):
     @classmethod
     def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=None,
                    precision: str = "float32", steps: Optional[int] = None, branches: int = 1,
-                   least_probability: float = 0.0, nodes: int = 0):
+                   least_probability: float = 0.0, nodes: int = 0, leaves: int = 0):
         """``draft_vocab``: ``None`` for the words the head was trained to draft among."""
         saved = state.get("task_state", {})
         check_dictionaries(path, saved, src_dict, tgt_dict)
@@ -151,7 +161,7 @@ class DraftHeadDrafter(Drafter):
         if draft_vocab is None:
             draft_vocab = getattr(state["cfg"].task, "draft_vocab", None) or 0
         return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement, draft_vocab, precision,
-                   steps, branches, least_probability, nodes)
+                   steps, branches, least_probability, nodes, leaves)
 
     def begin(self, net_input, max_len, encoded=None):
         if encoded is None or encoded[0] is None:
@@ -172,8 +182,8 @@ class DraftHeadDrafter(Drafter):
     def propose(self, state) -> Proposal:
         if self.compiled_head is not None and not self.grows_tree and self.refinement is None:
             tokens, counts = self.compiled_head.draft(self.cache, state.tokens, self.last_state, state.lengths,
-                                                      self.all_slots.sees, self.steps)
-            return Proposal(tokens=tokens, lengths=counts)
+                                                      self.all_slots.sees, self.steps, self.leaves)
+            return Proposal(tokens=tokens, lengths=counts, parents=self.parents_of(tokens))
         last_tokens = state.last_tokens().view(-1)
         if self.refinement is not None:
             logits = self.output_layer(self.slot_features(last_tokens, self.last_state, state.lengths))
@@ -192,18 +202,28 @@ class DraftHeadDrafter(Drafter):
             return Proposal(tokens=tokens[:, :width], lengths=counts,
                             parents=parents[:, :width] if self.branches > 1 and width > 0 else None)
         tokens = self._draft(last_tokens, state.lengths)
-        return Proposal(tokens=tokens, lengths=torch.full_like(state.lengths, tokens.size(1)))
+        return Proposal(tokens=tokens, lengths=torch.full_like(state.lengths, tokens.size(1)),
+                        parents=self.parents_of(tokens))
+
+    def parents_of(self, tokens):
+        """A chain's parents with its leaves (``None``: a chain without)."""
+        return None if self.leaf_parents is None else self.leaf_parents.to(tokens.device).expand(tokens.size(0), -1)
 
     def _draft(self, last_tokens, lengths):
-        """``CompiledHead.draft`` through torch: ``[rows, steps * k]``, each call going on from the last."""
-        last_state, drafted = self.last_state, []
+        """``CompiledHead.draft`` through torch: ``[rows, steps * k + leaves]``, each call going on from the
+        last, then the leaves."""
+        last_state, drafted, runners_up = self.last_state, [], []
         for step in range(self.steps):
             features = self.slot_features(last_tokens, last_state, lengths)
-            drafted.append(self.output_layer(features).argmax(-1))
+            logits = self.output_layer(features)
+            drafted.append(logits.argmax(-1))
+            if step < self.leaves:  # the best word but the top-1, the first of equals (topk's order may differ)
+                best = F.one_hot(drafted[-1], logits.size(-1)).bool()
+                runners_up.append(logits.masked_fill(best, -math.inf).argmax(-1))
             if step + 1 < self.steps:
                 self._remember(features, lengths)
                 last_tokens, last_state, lengths = drafted[-1][:, -1], features[:, -1], lengths + self.block_size
-        return torch.cat(drafted, 1)
+        return torch.cat(drafted + runners_up, 1)
 
     def draft_tree(self, last_tokens, lengths):
         """``CompiledHead.draft_tree`` through torch (``compiled_head._draft_tree`` says what it drafts):
@@ -278,12 +298,12 @@ class DraftHeadDrafter(Drafter):
         """Keep the states of the tokens the pass accepted (the pass's first token and the accepted
         draft), at the row's next columns."""
         states = scores.hidden_states(0)
-        if verdict.path is not None:
-            states = states.gather(1, verdict.path.unsqueeze(2).expand(-1, -1, states.size(2)))
-        if self.compiled_head is not None:
-            self.compiled_head.remember(self.cache, states.contiguous(), state.lengths, verdict.accepted,
+        if self.compiled_head is not None:  # a tree's path gathered in the compiled call
+            self.compiled_head.remember(self.cache, states.contiguous(), verdict.path, state.lengths, verdict.accepted,
                                         self.last_state)
             return
+        if verdict.path is not None:
+            states = states.gather(1, verdict.path.unsqueeze(2).expand(-1, -1, states.size(2)))
         self._remember(states, state.lengths)
         self.last_state = states.gather(1, verdict.accepted.view(-1, 1, 1).expand(-1, 1, states.size(2))).squeeze(1)
 
