@@ -227,4 +227,3 @@ def _tree_pass_tokens(output, lengths, draft):
         tokens[r, 0] = output[r, lengths[r]]
         tokens[r, 1:] = draft[r]
     return tokens
-

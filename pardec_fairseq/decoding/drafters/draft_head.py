@@ -109,7 +109,8 @@ class DraftHeadDrafter(Drafter):
         if self.grows_tree and (head.block_size > 1 or refinement is not None):
             raise ValueError("--draft-head-branches, --draft-head-threshold and --draft-head-nodes grow a tree a token "
                              "per call: they need a head trained with --block-size 1 and no --refine")
-        if not 0 <= leaves <= self.steps or leaves and (head.block_size > 1 or refinement is not None or self.grows_tree):
+        if not 0 <= leaves <= self.steps or (leaves and (head.block_size > 1 or refinement is not None
+                                                          or self.grows_tree)):
             raise ValueError(f"--draft-head-leaves {leaves}: runner-up leaves go beside the tokens of a chain drafted "
                              f"a token per call ({self.steps} here): at most that many, with a head trained with "
                              "--block-size 1, no --refine and no --draft-head-branches, --draft-head-threshold or "
