@@ -331,6 +331,30 @@ def test_decoding_leaves_torch_on_the_threads_it_was_given():
     assert result.stdout.split() == ["1", "1"]
 
 
+FRESH_PROCESS_ENCODES_BEFORE_ANY_VERIFIER = """
+import torch
+from pardec_fairseq.decoding.fast_encoder import FastEncoder
+from tiny import build_transformer, make_batch, make_dictionary
+dictionary = make_dictionary(20)
+model = build_transformer(dictionary, seed=8, embed_dim=256, heads=4, ffn_dim=1024).eval()
+encoded, _ = FastEncoder(model.encoder)(make_batch(dictionary, [list(range(4, 20))])["net_input"]["src_tokens"])
+print(tuple(encoded.shape))
+"""
+
+
+@pytest.mark.slow
+def test_the_compiled_layers_run_in_a_fresh_process_before_any_verifier_starts():
+    """Products wide enough to be shared among numba's threads (d 256), in compiled layers loaded from
+    numba's cache (the second process), called before a verifier started: numba's threads were not
+    launched there, and the process crashed."""
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    for _ in range(2):  # the first may compile (which launches the threads), the second loads
+        result = subprocess.run([sys.executable, "-c", FRESH_PROCESS_ENCODES_BEFORE_ANY_VERIFIER], env=environment,
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.strip() == "(1, 17, 256)"  # 16 tokens and EOS
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(architecture=architectures, seed=st.integers(0, 10_000), layers=st.integers(1, 3), heads=st.sampled_from([1, 2, 4]),
        source=st.lists(st.integers(4, 23), min_size=1, max_size=8), pad=st.integers(0, 3), prefix=st.integers(1, 6))

@@ -36,6 +36,10 @@ class Product:
         self.on_kernel = weight.device.type == "cpu" and weight.dtype == torch.float32
         self.packed = None
         if self.on_kernel:
+            # numba's threads must run before a compiled call reaches a product shared among them: a
+            # compiled function loaded from numba's cache does not launch them, and a fresh process
+            # calling the fast encoder before any verifier started crashed there
+            vector_kernels.follow_torch_threads()
             self.columns = weight.size(1)
             weight_array, bias_array = self.weight.numpy(), None if bias is None else bias.numpy()
             if precision == "int8":
