@@ -179,6 +179,8 @@ class DraftHeadDrafter(Drafter):
         self.cache = FastCache(buffers, list(enc_keys), list(enc_values), enc_mask, enc, padding)
         self.last_state = enc.new_zeros(rows, self.slot_embedding.size(1))
         self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
+        if self.leaf_parents is not None:  # on the drafts' device once, not each pass
+            self.leaf_parents = self.leaf_parents.to(enc.device)
 
     def propose(self, state) -> Proposal:
         if self.compiled_head is not None and not self.grows_tree and self.refinement is None:
@@ -208,7 +210,7 @@ class DraftHeadDrafter(Drafter):
 
     def parents_of(self, tokens):
         """A chain's parents with its leaves (``None``: a chain without)."""
-        return None if self.leaf_parents is None else self.leaf_parents.to(tokens.device).expand(tokens.size(0), -1)
+        return None if self.leaf_parents is None else self.leaf_parents.expand(tokens.size(0), -1)
 
     def _draft(self, last_tokens, lengths):
         """``CompiledHead.draft`` through torch: ``[rows, steps * k + leaves]``, each call going on from the
