@@ -57,9 +57,9 @@ LANES = 16 if _host_has("avx512f") else 8
 TILE_COLUMNS = (0, PANEL, PANEL, PANEL, PANEL, PANEL, PANEL) if LANES == 16 else (0, PANEL, 32, 16, 16, 16, 16)
 # rows of a full tile: a pass's weights are read from memory once per tile, so a pass over up to
 # TILE_ROWS tokens costs what a one-token pass does. With AVX2, 6: on the Zen 3 VM (2 threads, the
-# recipe verifier's 19.5 MB of products) 6 rows took 1.03-1.12 ms, 1 row 0.89-0.96; in tiles of 4
-# (4 + 2) 6 rows took 1.4 ms, the second tile's arithmetic adding to the first's reads. 7-8 rows in
-# one tile spill the accumulators (1.8-2.1 ms). AVX-512's tiles stay at the 4 rows measured there.
+# recipe verifier's 19.5 MB of products) 6 rows took 1.03-1.12 ms, 1 row 0.86-1.07; in tiles of 4
+# (4 + 2) 6 rows took 1.32-1.39 ms, the second tile's arithmetic adding to the first's reads. 7-8 rows
+# in one tile spill the accumulators (1.85-2.14 ms). AVX-512's tiles stay at the 4 rows measured there.
 TILE_ROWS = 4 if LANES == 16 else 6
 # columns of a panel that ``pack`` stores together: the narrowest tile's, so that a tile reads its
 # weights in memory order. Interleaved across the panel, the 16-column tiles of AVX2 read every
