@@ -19,7 +19,8 @@ from pardec_fairseq.decoding import DecodingConfig, build_generator, compiled_la
 from pardec_fairseq.decoding.compiled_layers import CompiledPass
 from pardec_fairseq.decoding.fairseq_verifier import FairseqVerifier
 from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
-from pardec_fairseq.decoding.fast_verifier import FastVerifier
+from pardec_fairseq.decoding.fast_layers import encoder_keys_values
+from pardec_fairseq.decoding.fast_verifier import FastDecoder, FastVerifier
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.proposals import DraftTree, Proposal
 from pardec_fairseq.decoding.registry import build_verifier
@@ -254,6 +255,36 @@ def test_the_fast_encoder_computes_what_fairseqs_encoder_computes(architecture, 
         assert torch.equal(padding, reference_padding)
     else:
         assert padding is None
+
+
+def test_a_source_past_the_sinusoidal_table_is_encoded_as_fairseq_encodes_it():
+    """fairseq's sinusoidal table grows on the fly for a source longer than the model's limit; the
+    compiled call hands such a source to the torch path, which grows it the same way."""
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=3, layers=2, embed_dim=128, heads=2, max_positions=6)
+    src_tokens = make_batch(dictionary, [list(range(4, 16)), list(range(5, 9))])["net_input"]["src_tokens"]
+    with torch.no_grad():
+        encoder = FastEncoder(model.encoder)
+        assert encoder.compiled is not None and src_tokens.size(1) + 2 > encoder.position_table.shape[0]
+        states, padding = encoder(src_tokens)
+        reference, reference_padding = encoder_states(model.encoder(src_tokens, torch.tensor([12, 4])))
+    torch.testing.assert_close(states, reference.transpose(0, 1), rtol=1e-5, atol=1e-5)
+    assert torch.equal(padding, reference_padding)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), layers=st.integers(1, 3), rows=st.integers(1, 4), src=st.integers(1, 16))
+def test_the_encoder_keys_and_values_of_all_layers_in_one_call_equal_each_layers_own(seed, layers, rows, src):
+    """``encoder_keys_values``'s compiled call writes each layer's keys and values in attention's layout,
+    bit for bit what each layer's product and torch's reshaping give."""
+    model = build_transformer(make_dictionary(20), seed=seed, layers=layers, embed_dim=128, heads=2)
+    enc = torch.randn(rows, src, 128, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        decoder_layers = FastDecoder(model.decoder).layers
+        keys, values = encoder_keys_values(decoder_layers, enc)
+        for layer, layer_keys, layer_values in zip(decoder_layers, keys, values):
+            expected_keys, expected_values = layer.encoder_keys_values(enc)
+            assert torch.equal(layer_keys, expected_keys) and torch.equal(layer_values, expected_values)
 
 
 def test_an_encoder_the_fast_path_does_not_reproduce_runs_through_fairseq(caplog):

@@ -281,6 +281,26 @@ def pass_layers(x, first, cache_rows, sees, chain, keys, values, enc_keys, enc_v
     return flat.reshape((rows, n, d))
 
 
+@numba.njit(cache=True, nogil=True)
+def keys_values(x, products, heads):
+    """The keys and values of ``x`` ``[rows, m, d]`` (C-contiguous) by each of ``products`` (packed
+    ``(panels, bias, columns)``, a layer's keys then values side by side) as ``[len(products), 2, rows,
+    heads, m, head_dim]``: the layout attention reads, written as the products come out."""
+    rows, m, d = x.shape
+    flat = x.reshape((rows * m, d))
+    head_dim = products[0][2] // 2 // heads
+    out = np.empty((len(products), 2, rows, heads, m, head_dim), dtype=np.float32)
+    for layer in range(len(products)):
+        both = vector_kernels.product(flat, *products[layer])
+        for r in range(rows):
+            for j in range(m):
+                for half in range(2):
+                    for h in range(heads):
+                        start = (half * heads + h) * head_dim
+                        out[layer, half, r, h, j] = both[r * m + j, start:start + head_dim]
+    return out
+
+
 def compiles(decoder) -> bool:
     """Whether a ``FastDecoder``'s layers run compiled: on a CPU in float32 (where the products run on
     the vector kernel), with an activation the kernels compute, and layers alike in what the kernels
@@ -301,7 +321,7 @@ class _LayerKind:
         self.cross_attention, self.activation = layer.encoder_attention, _ACTIVATIONS[layer.activation]
 
 
-def _norm_arrays(module):
+def norm_arrays(module):
     """A layer norm's weight, bias and epsilon as numpy (``None``: an absent norm)."""
     if module is None:
         return None
@@ -327,7 +347,7 @@ class _CompiledWeights(_LayerKind):
             biases.append(tuple(part.panel_bias for part in parts))
             widths.append(np.array([part.columns for part in parts], dtype=np.int64))
             # without encoder attention the self-attention's norm stands in for the absent one, unread
-            arrays = [_norm_arrays(module or layer.self_norm.module) for module in layer_norms]
+            arrays = [norm_arrays(module or layer.self_norm.module) for module in layer_norms]
             norms.append(np.stack([np.stack([a[0] for a in arrays]), np.stack([a[1] for a in arrays])]))
             eps.append(np.array([a[2] for a in arrays], dtype=np.float32))
         self.weights = (tuple(products), tuple(biases), tuple(widths), tuple(norms), tuple(eps), self.heads,
@@ -354,15 +374,10 @@ class CompiledPass(_CompiledWeights):
         self.decoder = decoder
         self.embed_tokens = decoder.embed_tokens.numpy()
         fairseq_decoder = decoder.decoder
-        self.embedding_norm = _norm_arrays(fairseq_decoder.layernorm_embedding)
-        self.final_norm = _norm_arrays(fairseq_decoder.layer_norm)
+        self.embedding_norm = norm_arrays(fairseq_decoder.layernorm_embedding)
+        self.final_norm = norm_arrays(fairseq_decoder.layer_norm)
         # fairseq's tables cover every position the verifier passes (it clamps them to the model's limit)
-        positions = fairseq_decoder.embed_positions
-        self.position_table = None
-        if isinstance(positions, SinusoidalPositionalEmbedding):
-            self.position_table = positions.weights.numpy()
-        elif positions is not None:
-            self.position_table = positions.weight.detach().numpy()
+        self.position_table = position_table(fairseq_decoder.embed_positions)
 
     def __call__(self, cache, tokens: Tensor, positions: Optional[Tensor], first_index: Tensor, tree,
                  rows: Optional[Tensor] = None) -> Tensor:
@@ -384,6 +399,15 @@ class CompiledPass(_CompiledWeights):
         if decoder.project_out is not None:
             x = decoder.project_out.kernel_apply(x)
         return torch.from_numpy(x.reshape(*shape, -1))
+
+
+def position_table(module) -> Optional[np.ndarray]:
+    """A fairseq positional embedding's table, a row per position, as numpy (``None``: no module)."""
+    if module is None:
+        return None
+    if isinstance(module, SinusoidalPositionalEmbedding):
+        return module.weights.numpy()
+    return module.weight.detach().numpy()
 
 
 class _Placeholder:

@@ -28,7 +28,7 @@ from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
 from pardec_fairseq.decoding.drafters.compiled_head import CompiledHead
 from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.fast_ops import Norm, Product
-from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, run_layers
+from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, encoder_keys_values, run_layers
 from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, draft_head_architecture,
                                               has_fairseq_output_layer, same_fingerprint,
@@ -172,11 +172,11 @@ class DraftHeadDrafter(Drafter):
             vector_kernels.follow_torch_threads()
         enc, padding = encoded
         rows, k, first = enc.size(0), self.block_size, self.layers[0]
-        enc_keys, enc_values = zip(*(layer.encoder_keys_values(enc) for layer in self.layers))
+        enc_keys, enc_values = encoder_keys_values(self.layers, enc)
         # a pass writes up to steps * k + 1 states, and a proposal as many slots, from columns <= max_len
         buffers = enc.new_zeros(len(self.layers), 2, rows, first.heads, max_len + self.steps * k + 2, first.head_dim)
         enc_mask = None if padding is None else padding.view(rows, 1, 1, -1)
-        self.cache = FastCache(buffers, list(enc_keys), list(enc_values), enc_mask, enc, padding)
+        self.cache = FastCache(buffers, enc_keys, enc_values, enc_mask, enc, padding)
         self.last_state = enc.new_zeros(rows, self.slot_embedding.size(1))
         self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
         if self.leaf_parents is not None:  # on the drafts' device once, not each pass
