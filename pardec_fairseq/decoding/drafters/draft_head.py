@@ -29,7 +29,7 @@ from pardec_fairseq.decoding.drafters.compiled_head import CompiledHead
 from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.fast_ops import Norm, Product
 from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, encoder_keys_values, run_layers
-from pardec_fairseq.decoding.proposals import Proposal
+from pardec_fairseq.decoding.proposals import DraftTree, Proposal
 from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, draft_head_architecture,
                                               has_fairseq_output_layer, same_fingerprint,
                                               verifier_fingerprint)
@@ -179,14 +179,15 @@ class DraftHeadDrafter(Drafter):
         self.cache = FastCache(buffers, enc_keys, enc_values, enc_mask, enc, padding)
         self.last_state = enc.new_zeros(rows, self.slot_embedding.size(1))
         self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
-        if self.leaf_parents is not None:  # on the drafts' device once, not each pass
-            self.leaf_parents = self.leaf_parents.to(enc.device)
+        # a chain with leaves has one shape for the batch: built once, not each pass
+        self.leaf_tree = None if self.leaf_parents is None else \
+            DraftTree.of_parents(self.leaf_parents.to(enc.device).expand(rows, -1))
 
     def propose(self, state) -> Proposal:
         if self.compiled_head is not None and not self.grows_tree and self.refinement is None:
             tokens, counts = self.compiled_head.draft(self.cache, state.tokens, self.last_state, state.lengths,
                                                       self.all_slots.sees, self.steps, self.leaves)
-            return Proposal(tokens=tokens, lengths=counts, parents=self.parents_of(tokens))
+            return self.chain(tokens, counts)
         last_tokens = state.last_tokens().view(-1)
         if self.refinement is not None:
             logits = self.output_layer(self.slot_features(last_tokens, self.last_state, state.lengths))
@@ -205,12 +206,13 @@ class DraftHeadDrafter(Drafter):
             return Proposal(tokens=tokens[:, :width], lengths=counts,
                             parents=parents[:, :width] if self.branches > 1 and width > 0 else None)
         tokens = self._draft(last_tokens, state.lengths)
-        return Proposal(tokens=tokens, lengths=torch.full_like(state.lengths, tokens.size(1)),
-                        parents=self.parents_of(tokens))
+        return self.chain(tokens, torch.full_like(state.lengths, tokens.size(1)))
 
-    def parents_of(self, tokens):
-        """A chain's parents with its leaves (``None``: a chain without)."""
-        return None if self.leaf_parents is None else self.leaf_parents.expand(tokens.size(0), -1)
+    def chain(self, tokens, counts) -> Proposal:
+        """A chain's proposal, with its leaves (if any) as a tree of the batch's shape."""
+        if self.leaf_tree is None:
+            return Proposal(tokens=tokens, lengths=counts)
+        return Proposal(tokens=tokens, lengths=counts, parents=self.leaf_tree.parents[:, 1:], tree=self.leaf_tree)
 
     def _draft(self, last_tokens, lengths):
         """``CompiledHead.draft`` through torch: ``[rows, steps * k + leaves]``, each call going on from the
@@ -326,3 +328,5 @@ class DraftHeadDrafter(Drafter):
         self.cache.keep_rows(rows)
         self.last_state = self.last_state[rows]
         self.all_slots = AmongNew(self.all_slots.sees[rows])
+        if self.leaf_tree is not None:
+            self.leaf_tree = self.leaf_tree.of_rows(rows)
