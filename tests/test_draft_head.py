@@ -21,6 +21,7 @@ from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, sl
 from pardec_fairseq.decoding.drafters import compiled_head
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter, likeliest_nodes
 from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator
+from pardec_fairseq.decoding.acceptance import RelaxedAcceptance, in_top_k
 from pardec_fairseq.decoding.engine import DecodingState
 from pardec_fairseq.decoding.observers import LoopObserver
 from pardec_fairseq.models.draft_head import DraftHead, DraftHeadModel, draft_head_architecture
@@ -263,7 +264,7 @@ def test_each_drafting_step_goes_on_from_the_last_ones_features(block_size, comp
     in place of the verifier's: the proposal after ``t`` tokens equals the head's training forward
     rolled out by hand, its features appended to the verifier's states of the prefix."""
     steps = 3
-    proposals, features_after, model = decoded_and_rolled_out(block_size, compiled, steps=steps)
+    proposals, features_after, model = decoded_and_rolled_out(block_size, compiled, steps=steps, leaves=0)
     for t, proposal, _ in proposals:
         expected = []
         for _ in range(steps):
@@ -324,6 +325,34 @@ def test_a_draft_tree_cut_to_its_likeliest_nodes_keeps_their_order_and_parents(l
     four = likeliest_nodes(words, parents, path_log_probs, counts, 4)
     assert four[0].tolist() == [[5, 6, 7, 9], [10, 11, 12, 0]] and four[1].tolist() == [[0, 0, 1, 1], [0, 1, 1, 0]]
     assert four[2].tolist() == [4, 3]
+
+
+@pytest.mark.parametrize("verifier_path, relaxed, sentences, leaves", [
+    ("fast", False, 1, 1), ("fast", False, 2, 0), ("fairseq", False, 1, 0), ("fast", True, 1, 0)])
+@torch.no_grad()
+def test_a_one_slot_head_verifies_one_runner_up_leaf_by_default_where_it_is_free(verifier_path, relaxed, sentences,
+                                                                                leaves):
+    """By default a one-slot head's chain has one runner-up leaf in batches of one sentence where the
+    generator scores trees (the fast verifier, exact acceptance); in larger batches, on the fairseq path
+    and with relaxed acceptance it is a chain; the output stays fairseq's."""
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=6, layers=2, eos_bias=-3.0).eval()
+    drafter = DraftHeadDrafter(build_head(verifier, block_size=1, layers=1, seed=7).eval())
+    assert not drafter.drafts_trees  # never refused for a tree it was not asked for
+    batch = make_batch(dictionary, [[4, 5, 6, 7], [8, 9, 10]][:sentences])
+    acceptance = RelaxedAcceptance(in_top_k(1)) if relaxed else None
+    generator = build_generator("greedy", [verifier], dictionary,
+                                argparse.Namespace(**dict(GENERATION_DEFAULTS, max_len_b=12)),
+                                SimpleNamespace(verifier=verifier_path), drafter=drafter, acceptance=acceptance)
+    recorder = _ProposalRecorder()
+    generator.decoder.observers.append(recorder)
+    actual = generator.generate([verifier], batch)
+    # a chain is cut where the output's length limit falls, a tree is not
+    assert recorder.proposals and all((parents is None) == (leaves == 0) and
+                                      (len(proposal) == 4 if leaves else len(proposal) <= 3)
+                                      for _, proposal, parents in recorder.proposals)
+    if not relaxed:
+        assert_same_hypotheses(fairseq_beam_one([verifier], dictionary, batch, max_len_b=12), actual)
 
 
 class _ProposalRecorder(LoopObserver):

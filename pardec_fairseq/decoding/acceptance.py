@@ -182,6 +182,8 @@ class ExactAcceptance:
     vocabulary); a row meeting a tied score on its way is ranked by ``topk`` as before.
     """
 
+    accepts_trees = True
+
     def __init__(self, first_positions=16, chunk_range=(4, 16)):
         self.first_positions, self.chunk_range = first_positions, chunk_range
 
@@ -338,6 +340,8 @@ def equals_top_one(draft, lprobs):
 class RelaxedAcceptance:
     """Keep the longest drafted prefix whose every token ``passes``, and at least
     ``min_block_size`` tokens per pass where the draft has them (Stern et al. 5.3)."""
+
+    accepts_trees = False
 
     def __init__(self, passes, min_block_size=1):
         self.passes = passes

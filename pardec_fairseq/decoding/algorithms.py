@@ -75,7 +75,7 @@ def generalized_aggressive_decoding(cfg, src_dict, tgt_dict, models):
                                            cfg.draft_head_steps, cfg.draft_head_branches, cfg.draft_head_threshold,
                                            cfg.draft_head_nodes, cfg.draft_head_leaves)
     if cfg.draft_head_steps is not None or cfg.draft_head_branches != 1 or cfg.draft_head_threshold != 0 \
-            or cfg.draft_head_nodes != 0 or cfg.draft_head_leaves != 0:
+            or cfg.draft_head_nodes != 0 or cfg.draft_head_leaves not in (None, 0):
         raise ValueError(f"--draft-head-steps, --draft-head-branches, --draft-head-threshold, --draft-head-nodes, "
                          f"--draft-head-leaves: --drafter-path {cfg.drafter_path} is a {arch} drafter, not a "
                          "draft_head; drop them")

@@ -182,12 +182,14 @@ class DecodingConfig(FairseqDataclass):
                   "head's probability of their path; EAGLE-2's reranking), so a pass pays for the drafts most likely "
                   "kept; 0: all of them"},
     )
-    draft_head_leaves: int = field(
-        default=0,
+    draft_head_leaves: Optional[int] = field(
+        default=None,
         metadata={"help": "gad with a one-slot draft_head drafting a chain: beside each of its first N tokens, verify "
                   "the head's runner-up word as a leaf of a draft tree (needs --verifier fast): where the verifier "
                   "rejects a drafted token, it often chose the runner-up, which then is kept with the verifier's "
-                  "next token; the head runs no more calls for them. 0: a chain"},
+                  "next token; the head runs no more calls for them. 0: a chain; default: 1 in batches of one "
+                  "sentence with --verifier fast and exact acceptance (a pass of a few more tokens costs about what "
+                  "it does without them there, not in larger batches), else 0"},
     )
     refine: REFINE_CHOICES = field(
         default="none",

@@ -68,5 +68,6 @@ def build_generator(algorithm, models, tgt_dict, generation_args, task_cfg, stat
         raise ValueError(f"--gen-algo {algorithm} verifies several drafts per pass as a tree, which only --verifier "
                          f"fast scores: drop --verifier fairseq (or, for a model the fast path does not reproduce, "
                          f"see the notice above, use another --gen-algo)")
+    drafter.allow_trees(not isinstance(verifier, FairseqVerifier) and getattr(acceptance, "accepts_trees", False))
     decoder = DraftVerifyDecoder(verifier, drafter, acceptance, tgt_dict, options)
     return ParallelDecodingGenerator(algorithm, decoder, tgt_dict, options, stats_path)

@@ -33,6 +33,10 @@ class Drafter:
     def keep_rows(self, rows):
         pass
 
+    def allow_trees(self, allowed: bool):
+        """Whether the generator's verifier and acceptance rule score trees, told once all three are built:
+        a drafter whose trees are its own choice, not asked for, drafts chains where they do not."""
+
 
 def output_tail(state, width):
     """Each row's last ``width`` output tokens (BOS included), right-aligned ``[rows, width]``, and

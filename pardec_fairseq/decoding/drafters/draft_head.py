@@ -84,7 +84,7 @@ class _Layers:
 class DraftHeadDrafter(Drafter):
     def __init__(self, model: DraftHeadModel, refinement=None, draft_vocab: int = 0, precision: str = "float32",
                  steps: Optional[int] = None, branches: int = 1, least_probability: float = 0.0, nodes: int = 0,
-                 leaves: int = 0):
+                 leaves: Optional[int] = None):
         """Drafts with ``model``'s head re-laid (the model is left as it is); ``refinement``: a
         ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from the slots' top-k
         lattice (``None``: each slot's top-1); ``draft_vocab``: the slots draft among the dictionary's
@@ -94,7 +94,9 @@ class DraftHeadDrafter(Drafter):
         paths at least that likely (``draft_tree``; 1 and 0: a chain of ``steps`` tokens), of which
         the ``nodes`` likeliest are verified (0: all); ``leaves``: beside each of a one-slot head's first
         ``leaves`` drafted tokens, its runner-up word is verified as a leaf of a tree (a rejected token's
-        runner-up is often the verifier's choice: kept, it and the verifier's next token join the output)."""
+        runner-up is often the verifier's choice: kept, it and the verifier's next token join the output);
+        ``None``: one for a one-slot head's chain, in batches of one sentence where the generator scores
+        trees (``allow_trees``): there a pass of a few more tokens costs what it does without them."""
         head, self.verifier = model.head, model.verifier
         self.steps = default_steps(head.block_size, refinement is not None) if steps is None else steps
         if self.steps < 1:
@@ -109,6 +111,10 @@ class DraftHeadDrafter(Drafter):
         if self.grows_tree and (head.block_size > 1 or refinement is not None):
             raise ValueError("--draft-head-branches, --draft-head-threshold and --draft-head-nodes grow a tree a token "
                              "per call: they need a head trained with --block-size 1 and no --refine")
+        words = draft_vocab or len(self.verifier.decoder.dictionary)  # draft_projection checks draft_vocab
+        self.auto_leaves = leaves is None
+        if leaves is None:
+            leaves = 1 if head.block_size == 1 and refinement is None and not self.grows_tree and words > 1 else 0
         if not 0 <= leaves <= self.steps or (leaves and (head.block_size > 1 or refinement is not None
                                                           or self.grows_tree)):
             raise ValueError(f"--draft-head-leaves {leaves}: runner-up leaves go beside the tokens of a chain drafted "
@@ -117,7 +123,10 @@ class DraftHeadDrafter(Drafter):
                              "--draft-head-nodes")
         self.refinement, self.branches, self.nodes, self.leaves = refinement, branches, nodes, leaves
         self.least_probability = least_probability
-        self.drafts_trees = (refinement is not None and refinement.drafts > 1) or branches > 1 or leaves > 0
+        # leaves chosen by default are left out where trees are not scored, asked-for ones are refused there
+        self.drafts_trees = (refinement is not None and refinement.drafts > 1) or branches > 1 or \
+            (leaves > 0 and not self.auto_leaves)
+        self.trees_allowed = True
         # a chain with leaves: chain token j at pass position j + 1 after position j, leaf j beside it
         self.leaf_parents = torch.cat([torch.arange(self.steps), torch.arange(leaves)]) if leaves else None
         self.block_size, self.final_norm = head.block_size, head.final_norm
@@ -128,7 +137,6 @@ class DraftHeadDrafter(Drafter):
             decoder = self.verifier.decoder
             self.output_layer = draft_projection(decoder, draft_vocab, refinement, precision) \
                 if has_fairseq_output_layer(decoder, draft_vocab) else decoder.output_layer
-        words = draft_vocab or len(self.verifier.decoder.dictionary)  # draft_projection checked draft_vocab
         if branches > words or (leaves and words < 2):
             raise ValueError(f"--draft-head-branches {branches}, --draft-head-leaves {leaves}: the head drafts among "
                              f"{words} words; branch at most that many ways (a leaf is a second word)")
@@ -143,7 +151,7 @@ class DraftHeadDrafter(Drafter):
     @classmethod
     def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=None,
                    precision: str = "float32", steps: Optional[int] = None, branches: int = 1,
-                   least_probability: float = 0.0, nodes: int = 0, leaves: int = 0):
+                   least_probability: float = 0.0, nodes: int = 0, leaves: Optional[int] = None):
         """``draft_vocab``: ``None`` for the words the head was trained to draft among."""
         saved = state.get("task_state", {})
         check_dictionaries(path, saved, src_dict, tgt_dict)
@@ -179,14 +187,15 @@ class DraftHeadDrafter(Drafter):
         self.cache = FastCache(buffers, enc_keys, enc_values, enc_mask, enc, padding)
         self.last_state = enc.new_zeros(rows, self.slot_embedding.size(1))
         self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
+        self.batch_leaves = self.leaves if not self.auto_leaves or (self.trees_allowed and rows == 1) else 0
         # a chain with leaves has one shape for the batch: built once, not each pass
-        self.leaf_tree = None if self.leaf_parents is None else \
+        self.leaf_tree = None if not self.batch_leaves else \
             DraftTree.of_parents(self.leaf_parents.to(enc.device).expand(rows, -1))
 
     def propose(self, state) -> Proposal:
         if self.compiled_head is not None and not self.grows_tree and self.refinement is None:
             tokens, counts = self.compiled_head.draft(self.cache, state.tokens, self.last_state, state.lengths,
-                                                      self.all_slots.sees, self.steps, self.leaves)
+                                                      self.all_slots.sees, self.steps, self.batch_leaves)
             return self.chain(tokens, counts)
         last_tokens = state.last_tokens().view(-1)
         if self.refinement is not None:
@@ -208,6 +217,9 @@ class DraftHeadDrafter(Drafter):
         tokens = self._draft(last_tokens, state.lengths)
         return self.chain(tokens, torch.full_like(state.lengths, tokens.size(1)))
 
+    def allow_trees(self, allowed: bool):
+        self.trees_allowed = allowed
+
     def chain(self, tokens, counts) -> Proposal:
         """A chain's proposal, with its leaves (if any) as a tree of the batch's shape."""
         if self.leaf_tree is None:
@@ -222,7 +234,7 @@ class DraftHeadDrafter(Drafter):
             features = self.slot_features(last_tokens, last_state, lengths)
             logits = self.output_layer(features)
             drafted.append(logits.argmax(-1))
-            if step < self.leaves:  # the best word but the top-1, the first of equals (topk's order may differ)
+            if step < self.batch_leaves:  # the best word but the top-1, the first of equals (topk's order may differ)
                 best = F.one_hot(drafted[-1], logits.size(-1)).bool()
                 runners_up.append(logits.masked_fill(best, -math.inf).argmax(-1))
             if step + 1 < self.steps:
