@@ -2,6 +2,7 @@
 transformer checkpoints carry, falls back to the fairseq path (with a notice) for the rest, and
 follows weights that training changes."""
 import argparse
+import math
 import logging
 import os
 import subprocess
@@ -89,6 +90,31 @@ def test_fast_path_equals_beam_one_on_every_supported_option(
     assert isinstance(build_verifier("fast", models, dictionary, DecodingOptions()), FastVerifier)
     actual, _ = plugin(algorithm, models, dictionary, collated, DecodingConfig(verifier="fast"), **generation)
     assert_same_hypotheses(expected, actual, tolerance=1e-4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), rows=st.integers(1, 6), min_len=st.integers(0, 3),
+       unk_penalty=st.sampled_from([0.0, 2.0, -2.0]), odd_rows=st.lists(st.sampled_from(["nan", "inf", "-inf", "low"]),
+                                                                       max_size=3))
+def test_the_compiled_log_probabilities_are_fairseqs_arithmetic_in_torch(seed, rows, min_len, unk_penalty, odd_rows):
+    """One model's log-probabilities on a CPU come from one compiled call; they agree with the torch
+    operations (fairseq's log-softmax, then NaN, pad, unknown-word and length rules) within 1e-5, every
+    -inf in its place, rows holding a NaN or an infinity included."""
+    dictionary = make_dictionary(20)
+    model = build_transformer(dictionary, seed=seed, layers=1, embed_dim=16)
+    verifier = FastVerifier([model], dictionary, DecodingOptions(min_len=min_len, unk_penalty=unk_penalty))
+    assert verifier.compiled_log_probs
+    x = torch.randn(2, rows, 16, generator=torch.Generator().manual_seed(seed))
+    logits = verifier.logits(0, x)
+    for row, odd in enumerate(odd_rows[:rows]):  # rows the log-softmax turns into NaN, or rows with -inf words
+        logits[0, row, 3] = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "low": -1e30}[odd]
+    verifier.logits = lambda model, features: logits.clone()
+    steps = torch.arange(rows).repeat(2, 1) + torch.tensor([[0], [4]])
+    compiled = verifier.log_probs([x], steps, 5)
+    verifier.compiled_log_probs = False
+    expected = verifier.log_probs([x], steps, 5)
+    assert torch.equal(compiled.isinf(), expected.isinf()) and not compiled.isnan().any()
+    torch.testing.assert_close(compiled, expected, rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

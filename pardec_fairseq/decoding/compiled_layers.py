@@ -99,10 +99,17 @@ def _exp(x):
 
 @numba.njit(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"})
 def log_sum_exp(x):
-    """``log(sum(exp(x)))`` of a float32 vector, its exponentials as ``_exp``'s (which vectorise)."""
-    highest = -np.inf
-    for c in range(x.shape[0]):
-        highest = max(highest, x[c])
+    """``log(sum(exp(x)))`` of a float32 vector in float32, its exponentials as ``_exp``'s (which vectorise),
+    its maximum over 16 running ones (so that the scan vectorises too: one at a time it took half the
+    time of an 8,296-word row on the Zen 3 VM); a NaN, or an infinity, gives NaN."""
+    lanes = np.full(16, -np.inf, dtype=np.float32)
+    whole = x.shape[0] // 16 * 16
+    for start in range(0, whole, 16):
+        for lane in range(16):
+            lanes[lane] = x[start + lane] if x[start + lane] > lanes[lane] else lanes[lane]
+    highest = lanes.max()
+    for c in range(whole, x.shape[0]):
+        highest = x[c] if x[c] > highest else highest
     total = np.float32(0.0)
     for c in range(x.shape[0]):
         total += _exp(x[c] - highest)

@@ -31,7 +31,7 @@ from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obsta
 from pardec_fairseq.decoding.fast_layers import DecoderLayer, FastCache, encoder_keys_values, run_layers
 from pardec_fairseq.decoding.fast_ops import Product, layer_norm
 from pardec_fairseq.decoding.proposals import DraftTree
-from pardec_fairseq.decoding.verifier import Verifier, VerifierScores, embed_positions
+from pardec_fairseq.decoding.verifier import Verifier, VerifierScores, embed_positions, plain_log_softmax
 from pardec_fairseq.models.blockwise_transformer import BlockwiseTransformerDecoder
 from pardec_fairseq.models.decoder_steps import encoder_states, replaces_output_layer
 
@@ -140,6 +140,7 @@ class FastVerifier(Verifier):
     def __init__(self, models, tgt_dict, options):
         super().__init__(models, tgt_dict, options)
         self.fast_decoders = [FastDecoder(decoder) for decoder in self.decoders]
+        self.compiled_log_probs = plain_log_softmax(models, options)
         self.fast_encoders = []
         for model in models:
             obstacle = fast_encoder_obstacle(model.encoder)
