@@ -289,23 +289,24 @@ def pass_layers(x, first, cache_rows, sees, chain, keys, values, enc_keys, enc_v
 
 
 @numba.njit(cache=True, nogil=True)
-def keys_values(x, products, heads):
-    """The keys and values of ``x`` ``[rows, m, d]`` (C-contiguous) by each of ``products`` (packed
-    ``(panels, bias, columns)``, a layer's keys then values side by side) as ``[len(products), 2, rows,
-    heads, m, head_dim]``: the layout attention reads, written as the products come out."""
-    rows, m, d = x.shape
-    flat = x.reshape((rows * m, d))
-    head_dim = products[0][2] // 2 // heads
-    out = np.empty((len(products), 2, rows, heads, m, head_dim), dtype=np.float32)
-    for layer in range(len(products)):
-        both = vector_kernels.product(flat, *products[layer])
+def write_keys_values(states, first, products, keys, values):
+    """Each layer's keys and values of ``states`` ``[rows, m, d]`` (``products[l]``: the packed product
+    ``(panels, bias, columns)``, keys then values side by side), written at columns ``first[r] + j`` of
+    ``keys[l]``/``values[l]`` ``[rows, heads, capacity, hd]``, the layout attention reads; ``states``
+    C-contiguous."""
+    rows, m, d = states.shape
+    flat = states.reshape((rows * m, d))
+    for layer in range(len(keys)):
+        heads, head_dim = keys[layer].shape[1], keys[layer].shape[3]
+        width = heads * head_dim
+        keys_values = vector_kernels.product(flat, *products[layer])
         for r in range(rows):
             for j in range(m):
-                for half in range(2):
-                    for h in range(heads):
-                        start = (half * heads + h) * head_dim
-                        out[layer, half, r, h, j] = both[r * m + j, start:start + head_dim]
-    return out
+                column = first[r] + j
+                for h in range(heads):
+                    for c in range(head_dim):
+                        keys[layer][r, h, column, c] = keys_values[r * m + j, h * head_dim + c]
+                        values[layer][r, h, column, c] = keys_values[r * m + j, width + h * head_dim + c]
 
 
 def compiles(decoder) -> bool:

@@ -17,7 +17,8 @@ import torch
 from torch import Tensor
 
 from pardec_fairseq.decoding import vector_kernels
-from pardec_fairseq.decoding.compiled_layers import CompiledLayers, log_sum_exp, norm_rows, pass_layers, top_words
+from pardec_fairseq.decoding.compiled_layers import (CompiledLayers, log_sum_exp, norm_rows, pass_layers, top_words,
+                                                     write_keys_values)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -31,7 +32,7 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
     verifier's states not computed yet (their keys and values are written where the verifier's will be,
     the last slot's token and features are the next call's last token and state). ``fuse``/``output``:
     packed products ``(panels, bias, columns)``; ``final_norm``: ``(weight, bias, eps)``; ``memory`` as
-    ``_remember``'s."""
+    ``write_keys_values``'s products."""
     rows = outputs.shape[0]
     k, d = slot_embedding.shape
     width = embeddings.shape[1]
@@ -60,7 +61,7 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
             else:
                 drafted[j // k, step * k + j % k] = np.argmax(logits[j])
         if step + 1 < steps:
-            _remember(features.reshape((rows, k, d)), first, memory, cache_views[0], cache_views[1])
+            write_keys_values(features.reshape((rows, k, d)), first, memory, cache_views[0], cache_views[1])
             for r in range(rows):
                 inputs[r, width:] = features[r * k + k - 1]
                 first[r] += k
@@ -167,7 +168,7 @@ def _draft_tree(tokens, last_states, embeddings, fuse, slot_embedding, final_nor
                 counts[r] += 1
                 level_count[r] += 1
         if step + 1 < steps:
-            _remember(out.reshape((rows, n, d)), columns, memory, cache_views[0], cache_views[1])
+            write_keys_values(out.reshape((rows, n, d)), columns, memory, cache_views[0], cache_views[1])
     return drafted, parents, path_log_probs[:, 1:], counts
 
 
@@ -195,7 +196,7 @@ def _likeliest_nodes(tokens, parents, path_log_probs, counts, nodes):
 
 @numba.njit(cache=True, nogil=True)
 def _remember_accepted(states, path, first, accepted, last_states, memory, keys, values):
-    """``_remember`` of a pass's states ``[rows, n, d]`` (a tree's: those at each row's path's pass
+    """``write_keys_values`` of a pass's states ``[rows, n, d]`` (a tree's: those at each row's path's pass
     positions ``path`` ``[rows, m]``; an empty ``path``: every position, a chain's), and each row's state
     of its last accepted position (``accepted[r]``) into ``last_states`` ``[rows, d]``."""
     if path.shape[0] > 0:
@@ -205,29 +206,9 @@ def _remember_accepted(states, path, first, accepted, last_states, memory, keys,
             for j in range(m):
                 kept[r, j] = states[r, path[r, j]]
         states = kept
-    _remember(states, first, memory, keys, values)
+    write_keys_values(states, first, memory, keys, values)
     for r in range(states.shape[0]):
         last_states[r] = states[r, accepted[r]]
-
-
-@numba.njit(cache=True, nogil=True)
-def _remember(states, first, memory, keys, values):
-    """Each layer's keys and values of ``states`` ``[rows, m, d]`` (``memory[l]``: the packed product
-    ``(panels, bias, columns)``, keys then values), written at columns ``first[r] + j`` of
-    ``keys[l]``/``values[l]`` ``[rows, heads, capacity, hd]``; ``states`` C-contiguous."""
-    rows, m, d = states.shape
-    flat = states.reshape((rows * m, d))
-    for layer in range(len(keys)):
-        heads, head_dim = keys[layer].shape[1], keys[layer].shape[3]
-        width = heads * head_dim
-        keys_values = vector_kernels.product(flat, *memory[layer])
-        for r in range(rows):
-            for j in range(m):
-                column = first[r] + j
-                for h in range(heads):
-                    for c in range(head_dim):
-                        keys[layer][r, h, column, c] = keys_values[r * m + j, h * head_dim + c]
-                        values[layer][r, h, column, c] = keys_values[r * m + j, width + h * head_dim + c]
 
 
 class CompiledHead:
