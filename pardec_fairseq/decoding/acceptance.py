@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pardec_fairseq.decoding.compiled_layers import largest_sum
 from pardec_fairseq.decoding.proposals import Proposal, Verdict
 
 
@@ -45,16 +46,7 @@ def reachable(before, start):
 def _best(row, before):
     """The highest ``before + row[v]`` (a float32 sum, as torch adds), the first ``v`` reaching it and how
     many do. ``row`` holds log-probabilities, ``before`` a running score: both in [-inf, 0], never NaN."""
-    lanes = np.full(16, -np.inf, dtype=np.float32)  # 16 running maxima, so that the scan vectorises
-    whole = row.shape[0] // 16 * 16
-    for start in range(0, whole, 16):
-        for lane in range(16):
-            score = row[start + lane] + before
-            lanes[lane] = score if score > lanes[lane] else lanes[lane]
-    best = lanes.max()
-    for v in range(whole, row.shape[0]):
-        score = row[v] + before
-        best = score if score > best else best
+    best = largest_sum(row, before)
     count = 0
     for v in range(row.shape[0]):
         count += (row[v] + before) == best

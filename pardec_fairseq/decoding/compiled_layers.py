@@ -97,19 +97,29 @@ def _exp(x):
     return (p * r * r + r + np.float32(1.0)) * _float_from_bits((np.int32(n) + 127) << 23)
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"})
-def log_sum_exp(x):
-    """``log(sum(exp(x)))`` of a float32 vector in float32, its exponentials as ``_exp``'s (which vectorise),
-    its maximum over 16 running ones (so that the scan vectorises too: one at a time it took half the
-    time of an 8,296-word row on the Zen 3 VM); a NaN, or an infinity, gives NaN."""
+@numba.njit(cache=True, nogil=True)
+def largest_sum(x, shift):
+    """The largest float32 ``x[c] + shift`` of a float32 vector (``-inf`` if none is above it; NaNs never
+    are), over 16 running maxima so that the scan vectorises: one at a time it took half the time of
+    an 8,296-word row's ``log_sum_exp`` on the Zen 3 VM."""
     lanes = np.full(16, -np.inf, dtype=np.float32)
     whole = x.shape[0] // 16 * 16
     for start in range(0, whole, 16):
         for lane in range(16):
-            lanes[lane] = x[start + lane] if x[start + lane] > lanes[lane] else lanes[lane]
-    highest = lanes.max()
+            value = x[start + lane] + shift
+            lanes[lane] = value if value > lanes[lane] else lanes[lane]
+    largest = lanes.max()
     for c in range(whole, x.shape[0]):
-        highest = x[c] if x[c] > highest else highest
+        value = x[c] + shift
+        largest = value if value > largest else largest
+    return largest
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"contract", "reassoc", "nsz", "arcp"})
+def log_sum_exp(x):
+    """``log(sum(exp(x)))`` of a float32 vector in float32, its exponentials as ``_exp``'s (which vectorise),
+    its maximum ``largest_sum``'s; a NaN, or an infinity, gives NaN."""
+    highest = largest_sum(x, np.float32(0.0))
     total = np.float32(0.0)
     for c in range(x.shape[0]):
         total += _exp(x[c] - highest)
