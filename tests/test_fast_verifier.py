@@ -2,8 +2,8 @@
 transformer checkpoints carry, falls back to the fairseq path (with a notice) for the rest, and
 follows weights that training changes."""
 import argparse
-import math
 import logging
+import math
 import os
 import subprocess
 import sys
