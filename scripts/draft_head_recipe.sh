@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The draft-head steps of a translation recipe (run.sh --draft-head), on its trained Transformer, which
-# stays frozen: the Transformer's own greedy outputs of the training set (scripts/distill.sh --beam 1,
-# into SAVE_DIR/self_distilled/), a draft head trained on them (scripts/train_draft_head.sh, into
-# SAVE_DIR/head_k<K>_l<L>_m<M>/, head_k<K>_l<L>_v<N>_m<M>/ with --draft-vocab N), then the benchmark of
-# greedy and ALGORITHMS with the head, into that folder (bench_b<batch size>.{md,json,png}, named by
-# the recipe's bench options). With --head-compare, the other two drafters at equal training time: for
-# the same minutes on the same outputs, GAD's block_nat drafter (initialised from the Transformer,
-# --compare-block-size slots) into SAVE_DIR/block_nat_k<K>_m<M>/ and as many frozen BPD heads on the
-# Transformer (head 1 is the Transformer itself) into SAVE_DIR/bpd_k<K>_m<M>/, each benchmarked there
-# beside greedy (gad with the drafter; bpd).
+# stays frozen: the Transformer's own greedy outputs of the training and valid sets (scripts/distill.sh
+# --beam 1 --valid, into SAVE_DIR/self_distilled/: validation scores the drafts decoding keeps), a draft
+# head trained on them (scripts/train_draft_head.sh, into SAVE_DIR/head_k<K>_l<L>_m<M>/,
+# head_k<K>_l<L>_v<N>_m<M>/ with --draft-vocab N), then the benchmark of greedy and ALGORITHMS with the
+# head, into that folder (bench_b<batch size>.{md,json,png}, named by the recipe's bench options). With
+# --head-compare, the other two drafters at equal training time: for the same minutes on the same
+# outputs, GAD's block_nat drafter (initialised from the Transformer, --compare-block-size slots) into
+# SAVE_DIR/block_nat_k<K>_m<M>/ and as many frozen BPD heads on the Transformer (head 1 is the
+# Transformer itself) into SAVE_DIR/bpd_k<K>_m<M>/, each benchmarked there beside greedy (gad with the
+# drafter; bpd).
 #   scripts/draft_head_recipe.sh DATA_BIN SAVE_DIR -s SRC -t TGT --references REF [--head-minutes 60]
 #       [--head-block-size 1] [--head-layers 1] [--head-draft-vocab 0] [--head-algorithms "gad"]
 #       [--head-compare [--compare-block-size 4]] [--preset cpu] [--nproc 1] [--no-bench] [-- BENCH_OPTIONS...]
@@ -52,7 +53,7 @@ verifier="$save/checkpoint_best.pt"
 
 self_distilled="$save/self_distilled"
 if [ ! -f "$self_distilled/.done" ]; then
-  bash "$root/scripts/distill.sh" "$data" "$verifier" "$self_distilled" -s "$src" -t "$tgt" --beam 1
+  bash "$root/scripts/distill.sh" "$data" "$verifier" "$self_distilled" -s "$src" -t "$tgt" --beam 1 --valid
   touch "$self_distilled/.done"
 fi
 vocab=""; [ "$draft_vocab" = 0 ] || vocab="_v$draft_vocab"
