@@ -80,13 +80,18 @@ def test_the_kernel_refuses_strided_or_double_rows(x):
         vector_kernels.product(x, vector_kernels.pack(weight), vector_kernels.pack_bias(None, 64), 64)
 
 
-@pytest.mark.parametrize("rows, depth, columns", [(1, 256, 1024), (5, 256, 777), (13, 300, 200)])
-def test_large_products_share_their_panels_among_threads_to_the_same_numbers(rows, depth, columns):
-    assert rows * depth * columns >= vector_kernels.PARALLEL_WORK
+@pytest.mark.parametrize("rows, depth, columns, in_bytes", [(1, 256, 1024, False), (5, 256, 777, False),
+                                                        (13, 300, 200, False), (1, 256, 4096, True),
+                                                        (3, 400, 1000, True)])
+def test_large_products_share_their_panels_among_threads_to_the_same_numbers(rows, depth, columns, in_bytes):
+    if in_bytes and not vector_kernels.has_byte_products():
+        pytest.skip("this CPU has no byte products")
+    assert rows * depth * columns >= (vector_kernels.PARALLEL_BYTE_WORK if in_bytes else vector_kernels.PARALLEL_WORK)
     generator = np.random.default_rng(rows)
     x = generator.standard_normal((rows, depth), dtype=np.float32)
     weight = generator.standard_normal((depth, columns), dtype=np.float32)
-    panels, bias = vector_kernels.pack(weight), vector_kernels.pack_bias(None, columns)
+    panels, bias = vector_kernels.pack_bytes(weight) if in_bytes else \
+        (vector_kernels.pack(weight), vector_kernels.pack_bias(None, columns))
     threads = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
@@ -96,6 +101,10 @@ def test_large_products_share_their_panels_among_threads_to_the_same_numbers(row
     finally:
         numba.set_num_threads(threads)
     np.testing.assert_array_equal(alone, shared)
+    if in_bytes:
+        values, scales = vector_kernels.int8_columns(weight, vector_kernels.BYTE_WEIGHT_LARGEST)
+        weight = values.astype(np.float64) * scales
+        x = rounded_rows(x)
     np.testing.assert_allclose(alone, x @ weight, rtol=1e-4, atol=1e-4 * depth ** 0.5)
 
 

@@ -320,6 +320,24 @@ def panel_into(x, panels, p, bias, out, c0):
 # on two, one row 100 and 54; one row of a (256, 768) weight (2^17.6) 14.2 and 8.8 us in float32,
 # 30 and 17 in int8, one of a (256, 256) weight (2^16) 4.5 and 4.6 in float32, 10.2 and 7.2 in int8
 PARALLEL_WORK = 1 << 16
+# the same for byte products (``pack_bytes``), which do four times the multiply-adds a float32 one does
+# per instruction and read a quarter of the bytes: sharing costs more than it saves below a weight of
+# 2^20 bytes. On a Zen 3 VM (2 threads, weights in cache) one row of a (256, 256), (512, 256) and
+# (1024, 256) byte weight took 6.9, 7.4 and 8.9 us shared and 2.0, 2.1 and 4.2 on one thread, (256, 1024)
+# 5.3 and 4.9; (256, 4096) 16.6 and 21.7. The draft head's three drafting calls a pass (hot, a one-row
+# chain and a leaf) took 186-236 us against 275-340 with its products shared from 2^16.
+PARALLEL_BYTE_WORK = 1 << 20
+
+
+def parallel_work(panels):
+    """The multiply-adds from which a product with ``panels`` shares them among numba's threads."""
+
+
+@overload(parallel_work)
+def _parallel_work(panels):
+    if panels.dtype == types.uint32:
+        return lambda panels: PARALLEL_BYTE_WORK
+    return lambda panels: PARALLEL_WORK
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -408,7 +426,7 @@ def product(x, panels, bias, columns):
     out = np.empty((x.shape[0], columns), dtype=np.float32)
     full = columns // PANEL
     operand, scales = rows_for(x, panels)
-    if x.shape[0] * x.shape[1] * columns >= PARALLEL_WORK:
+    if x.shape[0] * x.shape[1] * columns >= parallel_work(panels):
         _panels_in_parallel(operand, panels, bias, out, full)
     else:
         for p in range(full):
