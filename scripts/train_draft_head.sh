@@ -2,7 +2,7 @@
 # Train a draft head (the drafter that rides on the verifier) with fairseq-train, the verifier frozen.
 #   scripts/train_draft_head.sh DATA_BIN VERIFIER.pt SAVE_DIR -s SRC -t TGT [--minutes M] [--block-size K]
 #                               [--layers L] [--draft-vocab N] [--regression-weight W] [--max-tokens N] [--nproc N]
-#                               [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
+#                               [--recompute-states] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
 # DATA_BIN: binarized with the verifier's dictionaries, best its own greedy outputs on the train
 #           sources (scripts/distill.sh ... --beam 1), which are what the head must predict
 # --minutes M    stop after M minutes of wall clock (default 60)
@@ -15,12 +15,17 @@
 #                the slots' features pulled towards the verifier's states (default 10 with --block-size 1,
 #                EAGLE's 1 : 0.1; else 0)
 # --max-tokens N target-side batch size in tokens (default 2048)
+# --recompute-states  run the frozen verifier on every batch of every epoch, instead of keeping each
+#                training sentence's verifier states in memory after the first epoch
+#                (--keep-verifier-states: (source + target tokens) x width x 4 bytes, 1.9 GB for
+#                LibreOffice En-De; refused above half the machine's memory)
 # A finished training in SAVE_DIR (marked by SAVE_DIR/.trained) is reused; the log is SAVE_DIR/train.log.
 # Decode with: fairseq-generate ... --task translation_pardec --gen-algo gad --drafter-path SAVE_DIR/checkpoint_last.pt
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n 2,19p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,23p "$0" >&2; exit 2; }
 data=$1 verifier=$2 save=$3; shift 3
 src="" tgt="" minutes=60 block_size=4 layers=1 draft_vocab=0 regression_weight="" max_tokens=2048 nproc=1 extra=()
+keep_states=(--keep-verifier-states)
 while [ $# -gt 0 ]; do
   case "$1" in
     -s) src=$2; shift 2 ;;
@@ -32,6 +37,7 @@ while [ $# -gt 0 ]; do
     --regression-weight) regression_weight=$2; shift 2 ;;
     --max-tokens) max_tokens=$2; shift 2 ;;
     --nproc) nproc=$2; shift 2 ;;
+    --recompute-states) keep_states=(); shift ;;
     --) shift; extra=("$@"); break ;;
     *) echo "train_draft_head.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -52,7 +58,7 @@ args=("$data" --user-dir "$root/pardec_fairseq" --task translation_draft_head -s
   --optimizer adam --adam-betas "(0.9,0.98)" --lr 1e-3
   --lr-scheduler inverse_sqrt --warmup-updates 200 --max-tokens "$max_tokens" --max-epoch 100
   --stop-time-hours "$(python3 -c "print($minutes / 60)")" --save-dir "$save" --no-epoch-checkpoints
-  --log-format simple --log-interval 20 --num-workers 0 --seed 1 "${extra[@]}")
+  --log-format simple --log-interval 20 --num-workers 0 --seed 1 "${keep_states[@]}" "${extra[@]}")
 echo "train_draft_head.sh: training a $block_size-token head for $minutes minutes; log: $save/train.log"
 source "$root/scripts/run_training.sh"
 run_training train_draft_head.sh "$save" "$nproc" "${args[@]}"

@@ -25,6 +25,8 @@ from pardec_fairseq.decoding.acceptance import RelaxedAcceptance, in_top_k
 from pardec_fairseq.decoding.engine import DecodingState
 from pardec_fairseq.decoding.observers import LoopObserver
 from pardec_fairseq.models.draft_head import DraftHead, DraftHeadModel, draft_head_architecture
+from pardec_fairseq.tasks import verifier_memory
+from pardec_fairseq.tasks.verifier_memory import VerifierMemory
 from test_lossless_matches_fairseq import (GENERATION_DEFAULTS, assert_same_hypotheses, fairseq_beam_one, plugin,
                                           sentences)
 from test_block_nat import hypotheses
@@ -393,6 +395,51 @@ def criterion_case(seed, targets):
     return dictionary, verifier, model, batch, SimpleNamespace(target_dictionary=dictionary, verifier=verifier)
 
 
+def test_kept_verifier_states_are_the_verifiers_outputs_in_any_later_batch():
+    """``VerifierMemory`` keeps each sentence's outputs from the batch that computed them, and serves them in a
+    batch of other sentences (other padding) as the verifier computes them there."""
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=3, layers=2).eval()
+    model = build_head(verifier, block_size=2).eval()
+    sources, targets = [[4, 5, 6], [7, 8], [9, 10, 11, 12, 13]], [[9, 10, 11], [12], [4, 5, 6, 7, 8, 9]]
+    lengths = [len(s) + 1 for s in sources], [len(t) + 1 for t in targets]
+    memory = VerifierMemory(*lengths, verifier.encoder.embed_tokens.embedding_dim, verifier.decoder.output_embed_dim,
+                            dictionary.pad(), dictionary.pad(), "--keep-verifier-states")
+    calls = []
+
+    def outputs(ids):
+        batch = make_batch(dictionary, [sources[i] for i in ids], targets=[targets[i] for i in ids])
+        net_input = batch["net_input"]
+
+        def compute():
+            calls.append(ids)
+            return model.verifier_outputs(net_input["src_tokens"], net_input["src_lengths"],
+                                          net_input["prev_output_tokens"])
+        rows = torch.tensor(ids)[batch["id"]]  # the collater sorts the sentences by length
+        return batch, memory.outputs(rows, net_input["src_tokens"], net_input["prev_output_tokens"], compute)
+
+    outputs([0, 1])
+    outputs([1, 2])  # sentence 2 is new: the batch is computed
+    batch, kept = outputs([2, 0])
+    assert calls == [[0, 1], [1, 2]]
+    net_input = batch["net_input"]
+    fresh = model.verifier_outputs(net_input["src_tokens"], net_input["src_lengths"], net_input["prev_output_tokens"])
+    source, target = ~fresh.padding, net_input["prev_output_tokens"].ne(dictionary.pad())
+    assert torch.equal(kept.padding, fresh.padding)
+    assert torch.allclose(kept.encoder[source], fresh.encoder[source], atol=1e-6)
+    assert torch.allclose(kept.states[target], fresh.states[target], atol=1e-6)
+    features, _ = model(**net_input)
+    assert torch.allclose(model(**net_input, verifier_outputs=kept)[0][target], features[target], atol=1e-5)
+    with pytest.raises(ValueError, match="not as long as the dataset's sizes say"):
+        memory.outputs(torch.tensor([1, 0]), net_input["src_tokens"], net_input["prev_output_tokens"], None)
+
+
+def test_kept_verifier_states_refuse_a_training_set_larger_than_half_the_memory(monkeypatch):
+    monkeypatch.setattr(verifier_memory, "physical_memory_bytes", lambda: 2 ** 30)
+    with pytest.raises(ValueError, match="train without --keep-verifier-states"):
+        VerifierMemory([10] * 1000, [10] * 1000, 16384, 16384, 1, 1, "--keep-verifier-states")
+
+
 def test_the_loss_scores_the_slots_before_the_end_alone():
     dictionary, verifier, model, batch, task = criterion_case(1, [[9, 10, 11], [12]])
     loss, sample_size, log = DraftHeadLossCriterion(task, label_smoothing=0.0)(model, batch)
@@ -614,12 +661,29 @@ def test_a_head_trained_through_fairseq_train_decodes_losslessly(toy_experiment,
                     "--verifier-path", toy_experiment["checkpoint"], "--max-update", 1, "--save-dir", tmp_path / "unused")
 
 
+def test_kept_verifier_states_train_as_the_verifiers_forward_does(toy_experiment, tmp_path):
+    """Two epochs through ``fairseq-train``: with the verifier's states kept after the first, every update's
+    loss is the one computed with the verifier run on each batch."""
+    def losses(*options):
+        log = run_fairseq("train", toy_experiment["data"], "--user-dir", USER_DIR, *DRAFT_HEAD,
+                          "--verifier-path", toy_experiment["checkpoint"], "--max-epoch", 2, "--max-tokens", 300,
+                          "--save-dir", tmp_path / str(len(options)), "--log-interval", 1, "--log-format", "simple",
+                          *options)
+        return [line.split(" loss=")[1].split(",")[0] for line in log.splitlines() if "train_inner" in line], log
+
+    plain, log = losses()
+    assert len(plain) > 6, "two epochs of several updates each"
+    kept, log = losses("--keep-verifier-states")
+    assert "kept the verifier's states of all 600 training sentences" in log
+    assert kept == plain
+
+
 def test_head_training_with_two_local_processes(toy_experiment, tmp_path):
     output = run_script("train_distributed.sh", "--nproc", 2, "--backend", "gloo",
                         "--master", f"127.0.0.1:{free_port()}", "--log-dir", tmp_path / "logs", "--",
                         toy_experiment["data"], "--user-dir", USER_DIR, *DRAFT_HEAD,
                         "--verifier-path", toy_experiment["checkpoint"], "--max-update", 3,
-                        "--save-dir", tmp_path / "checkpoints")
+                        "--keep-verifier-states", "--save-dir", tmp_path / "checkpoints")
     assert "distributed init (rank 1)" in (tmp_path / "logs" / "rank1.log").read_text()
     assert "done training" in output and (tmp_path / "checkpoints" / "checkpoint_last.pt").exists()
 
@@ -642,6 +706,13 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
     run_script("train_draft_head.sh", *common[:2], one_slot, *common[3:-1], 1, "--", "--max-update", 2)
     state = checkpoint_utils.load_checkpoint_to_cpu(str(one_slot / "checkpoint_last.pt"))
     assert state["cfg"].criterion.state_regression_weight == 10 and state["cfg"].task.block_size == 1
+    # the verifier's states are kept after the first epoch unless the script is told otherwise
+    assert state["cfg"].task.keep_verifier_states
+    recomputed = tmp_path / "recomputed"
+    run_script("train_draft_head.sh", *common[:2], recomputed, *common[3:], "--recompute-states", "--",
+               "--max-update", 1)
+    recomputed_state = checkpoint_utils.load_checkpoint_to_cpu(str(recomputed / "checkpoint_last.pt"))
+    assert not recomputed_state["cfg"].task.keep_verifier_states
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(toy_experiment["checkpoint"])])
     drafter = DraftHeadDrafter.from_state(one_slot / "checkpoint_last.pt", state, task.source_dictionary,
                                           task.target_dictionary, models[0])

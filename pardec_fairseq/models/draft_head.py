@@ -14,7 +14,7 @@ embedding of ``x_t`` fused with ``H_{t-1}`` (zeros at ``t = 0``) plus a learned 
 each layer the slots attend to the prefix states (through the layer's own keys and values), to each
 other, and to the source; training covers every ``t`` of every sentence in one call.
 """
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -137,6 +137,15 @@ def same_fingerprint(a, b) -> bool:
     return len(a) == len(b) and all(abs(x - y) <= 1e-6 * max(1.0, abs(x), abs(y)) for x, y in zip(a, b))
 
 
+class VerifierOutputs(NamedTuple):
+    """What the head reads of the frozen verifier for a batch: its encoder output ``[rows, src, d]``,
+    the source padding (``None``: none) and its final decoder states ``[rows, T, d]``."""
+
+    encoder: Tensor
+    padding: Optional[Tensor]
+    states: Tensor
+
+
 def source_visible(padding: Optional[Tensor], enc: Tensor) -> Tensor:
     """``[rows or 1, 1, 1, src]``: the source positions that are not padding."""
     if padding is None:
@@ -204,16 +213,26 @@ class DraftHeadModel(BaseFairseqModel):
             return self.verifier.decoder.output_layer(features)
         return F.linear(features, *first_words(self.verifier.decoder.output_projection, self.draft_vocab))
 
-    def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
+    @torch.no_grad()
+    def verifier_outputs(self, src_tokens, src_lengths, prev_output_tokens) -> VerifierOutputs:
+        """What the head reads of the frozen verifier for a batch."""
+        encoder_out = self.verifier.encoder(src_tokens, src_lengths=src_lengths)
+        states, _ = self.verifier.decoder.extract_features(prev_output_tokens, encoder_out=encoder_out)
+        padding = encoder_out["encoder_padding_mask"][0] if encoder_out["encoder_padding_mask"] else None
+        return VerifierOutputs(encoder_out["encoder_out"][0].transpose(0, 1), padding, states)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, verifier_outputs: Optional[VerifierOutputs] = None,
+                **kwargs):
         """Slot features ``[rows, T, k, d]`` for every prefix length ``t`` of the targets whose
         decoder input is ``prev_output_tokens`` ``[rows, T]`` (BOS, y_1 .. y_{T-1}), and as fairseq's
         decoders do an extra dictionary: ``verifier_states`` ``[rows, T, d]``, the verifier's final
-        decoder states, from which the criterion takes the verifier's own next-token distributions."""
+        decoder states, from which the criterion takes the verifier's own next-token distributions.
+        ``verifier_outputs``: the verifier's outputs for the batch where they were kept
+        (``VerifierMemory``), else computed here."""
+        if verifier_outputs is None:
+            verifier_outputs = self.verifier_outputs(src_tokens, src_lengths, prev_output_tokens)
+        enc, padding, states = verifier_outputs
         with torch.no_grad():
-            encoder_out = self.verifier.encoder(src_tokens, src_lengths=src_lengths)
-            states, _ = self.verifier.decoder.extract_features(prev_output_tokens, encoder_out=encoder_out)
-            enc = encoder_out["encoder_out"][0].transpose(0, 1)
-            padding = encoder_out["encoder_padding_mask"][0] if encoder_out["encoder_padding_mask"] else None
             token_embedding = self.verifier.decoder.embed_tokens(prev_output_tokens)
         rows, length, _ = states.shape
         k = self.head.block_size

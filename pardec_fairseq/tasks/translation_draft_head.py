@@ -1,9 +1,10 @@
 """``translation_draft_head``: training the ``draft_head`` drafter on a frozen verifier.
 
 The verifier (``--verifier-path``, a checkpoint of a ``transformer`` trained on the same
-dictionaries) is loaded once and never trained; each batch runs it once without gradients and the
-head learns to predict, after every prefix of every target, the next ``--block-size`` tokens. Train
-on the verifier's own greedy outputs (self-distillation: ``scripts/distill.sh ... --beam 1``) for
+dictionaries) is loaded once and never trained; each batch runs it once without gradients (with
+``--keep-verifier-states`` only the first epoch's batches do: ``verifier_memory``) and the head
+learns to predict, after every prefix of every target, the next ``--block-size`` tokens. Train on
+the verifier's own greedy outputs (self-distillation: ``scripts/distill.sh ... --beam 1``) for
 drafts that the verifier accepts; references work too. Checkpoints keep the dictionaries and a
 fingerprint of the verifier, so decoding refuses a head trained for another verifier.
 """
@@ -16,6 +17,7 @@ from fairseq.tasks import register_task
 
 from pardec_fairseq.models.draft_head import DraftHeadModel, verifier_fingerprint
 from pardec_fairseq.tasks.translation_pardec import TranslationPardecConfig, TranslationPardecTask
+from pardec_fairseq.tasks.verifier_memory import VerifierMemory
 
 
 @dataclass
@@ -23,6 +25,10 @@ class TranslationDraftHeadConfig(TranslationPardecConfig):
     verifier_path: str = field(
         default="", metadata={"help": "checkpoint of the verifier the head drafts for (frozen while training)"})
     block_size: int = field(default=4, metadata={"help": "tokens the head drafts per call (its mask slots)"})
+    keep_verifier_states: bool = field(default=False, metadata={
+        "help": "keep the frozen verifier's encoder output and decoder states of each training sentence in memory "
+                "after its first batch, so that later epochs run the head alone (the verifier's forward was 42% of a "
+                "step on a 2-core CPU); costs (source + target tokens) x model width x 4 bytes"})
 
 
 @register_task("translation_draft_head", dataclass=TranslationDraftHeadConfig)
@@ -32,6 +38,7 @@ class TranslationDraftHeadTask(TranslationPardecTask):
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         self.verifier = None
+        self.memory = self.memory_of = None
 
     def load_verifier(self):
         path = self.cfg.verifier_path
@@ -61,6 +68,32 @@ class TranslationDraftHeadTask(TranslationPardecTask):
             raise ValueError(f"--task translation_draft_head trains the draft head: use --arch draft_head "
                              f"(got a {type(model).__name__})")
         return model
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        # a distributed worker short of batches trains on fairseq's dummy batch with ``ignore_grad``; its
+        # sentences may be another split's (seen: the valid set's), so it runs the verifier
+        if self.cfg.keep_verifier_states and not ignore_grad:
+            net_input = sample["net_input"]
+            net_input["verifier_outputs"] = self.verifier_memory().outputs(
+                sample["id"], net_input["src_tokens"], net_input["prev_output_tokens"],
+                lambda: model.verifier_outputs(net_input["src_tokens"], net_input["src_lengths"],
+                                               net_input["prev_output_tokens"]))
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def verifier_memory(self) -> VerifierMemory:
+        """The training set's ``VerifierMemory``, made at its first training step (again where an epoch loads
+        another training set: a sentence's id is its index in the epoch's set)."""
+        dataset = self.dataset(self.cfg.train_subset)
+        if self.memory is None or self.memory_of is not dataset:
+            if getattr(dataset, "src_sizes", None) is None or getattr(dataset, "tgt_sizes", None) is None:
+                raise ValueError("--keep-verifier-states needs a training set of source and target sentences "
+                                 "(fairseq's LanguagePairDataset)")
+            self.memory = VerifierMemory(dataset.src_sizes, dataset.tgt_sizes,
+                                         self.verifier.encoder.embed_tokens.embedding_dim,
+                                         self.verifier.decoder.output_embed_dim, self.source_dictionary.pad(),
+                                         self.target_dictionary.pad(), "--keep-verifier-states")
+            self.memory_of = dataset
+        return self.memory
 
     def state_dict(self):
         """Checkpoints keep the dictionaries and the verifier's fingerprint."""
