@@ -17,7 +17,7 @@
 # --max-tokens N target-side batch size in tokens (default 2048)
 # --recompute-states  run the frozen verifier on every batch of every epoch, instead of keeping each
 #                training sentence's verifier states in memory after the first epoch
-#                (--keep-verifier-states: (source + target tokens) x width x 4 bytes, 1.9 GB for
+#                (--keep-verifier-states: (source + target tokens) x width x 4 bytes, 1.34 GiB for
 #                LibreOffice En-De; refused above half the machine's memory)
 # A finished training in SAVE_DIR (marked by SAVE_DIR/.trained) is reused; the log is SAVE_DIR/train.log.
 # Decode with: fairseq-generate ... --task translation_pardec --gen-algo gad --drafter-path SAVE_DIR/checkpoint_last.pt

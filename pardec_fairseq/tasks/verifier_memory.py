@@ -4,7 +4,7 @@ Why: a draft head trains on a frozen verifier, whose encoder output and decoder 
 are the same every epoch, yet each training step ran the verifier's forward again: on the Zen 3 VM
 (LibreOffice En-De, the ``cpu`` preset's verifier, batches of 2,048 target tokens) 228 ms of a 545 ms
 step. Kept, every epoch after the first runs the head alone. The price is memory: (source + target
-tokens) x the model's width in float32, 1.9 GB for the 36,747 LibreOffice training pairs.
+tokens) x the model's width in float32, 1.34 GiB for the 36,747 LibreOffice training pairs.
 """
 import logging
 import os
