@@ -2,7 +2,7 @@
 # Train a draft head (the drafter that rides on the verifier) with fairseq-train, the verifier frozen.
 #   scripts/train_draft_head.sh DATA_BIN VERIFIER.pt SAVE_DIR -s SRC -t TGT [--minutes M] [--block-size K]
 #                               [--layers L] [--draft-vocab N] [--regression-weight W] [--max-tokens N] [--nproc N]
-#                               [--unrolled-steps S] [--recompute-states] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
+#                               [--recompute-states] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
 # DATA_BIN: binarized with the verifier's dictionaries, best its own greedy outputs on the train
 #           sources (scripts/distill.sh ... --beam 1), which are what the head must predict
 # --minutes M    stop after M minutes of wall clock (default 60)
@@ -15,8 +15,6 @@
 #                the slots' features pulled towards the verifier's states (default 10 with --block-size 1,
 #                EAGLE's 1 : 0.1; else 0)
 # --max-tokens N target-side batch size in tokens (default 2048)
-# --unrolled-steps S  train a one-slot head over S drafting steps, each after the first reading the
-#                head's own features as decoding feeds them (EAGLE-3's training-time test; default 1)
 # --recompute-states  run the frozen verifier on every batch of every epoch, instead of keeping each
 #                training sentence's verifier states in memory after the first epoch
 #                (--keep-verifier-states: (source + target tokens) x width x 4 bytes, 1.34 GiB for
@@ -24,10 +22,9 @@
 # A finished training in SAVE_DIR (marked by SAVE_DIR/.trained) is reused; the log is SAVE_DIR/train.log.
 # Decode with: fairseq-generate ... --task translation_pardec --gen-algo gad --drafter-path SAVE_DIR/checkpoint_last.pt
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n 2,25p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,23p "$0" >&2; exit 2; }
 data=$1 verifier=$2 save=$3; shift 3
-src="" tgt="" minutes=60 block_size=4 layers=1 draft_vocab=0 regression_weight="" max_tokens=2048 nproc=1
-unrolled_steps=1 extra=()
+src="" tgt="" minutes=60 block_size=4 layers=1 draft_vocab=0 regression_weight="" max_tokens=2048 nproc=1 extra=()
 keep_states=(--keep-verifier-states)
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,7 +37,6 @@ while [ $# -gt 0 ]; do
     --regression-weight) regression_weight=$2; shift 2 ;;
     --max-tokens) max_tokens=$2; shift 2 ;;
     --nproc) nproc=$2; shift 2 ;;
-    --unrolled-steps) unrolled_steps=$2; shift 2 ;;
     --recompute-states) keep_states=(); shift ;;
     --) shift; extra=("$@"); break ;;
     *) echo "train_draft_head.sh: unknown option $1" >&2; exit 2 ;;
@@ -57,7 +53,7 @@ if [ -f "$save/.trained" ]; then
 fi
 args=("$data" --user-dir "$root/pardec_fairseq" --task translation_draft_head -s "$src" -t "$tgt"
   --verifier-path "$verifier" --block-size "$block_size" --draft-vocab "$draft_vocab" --arch draft_head
-  --head-layers "$layers" --unrolled-steps "$unrolled_steps"
+  --head-layers "$layers"
   --criterion draft_head_loss --state-regression-weight "$regression_weight"
   --optimizer adam --adam-betas "(0.9,0.98)" --lr 1e-3
   --lr-scheduler inverse_sqrt --warmup-updates 200 --max-tokens "$max_tokens" --max-epoch 100

@@ -223,8 +223,7 @@ def decoded_and_rolled_out(block_size, compiled, **drafting):
     Returns them and ``features_after(t, words)``: the head's training forward rolled out by hand after
     the output's first ``t`` tokens, one call per drafted word of ``words`` and one more, each call's
     features appended to the verifier's states of the prefix and its last slot's standing in for the
-    state before the next word; the last call's features ``[block_size, d]``. Also the decoded
-    output as decoder input (BOS first) and the batch's source."""
+    state before the next word; the last call's features ``[block_size, d]``."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=6, layers=2, eos_bias=-3.0).eval()
     model = build_head(verifier, block_size=block_size, layers=1, seed=7).eval()
@@ -257,7 +256,7 @@ def decoded_and_rolled_out(block_size, compiled, **drafting):
         return features
 
     assert len(recorder.proposals) > 1
-    return recorder.proposals, features_after, model, (prev_output, batch["net_input"])
+    return recorder.proposals, features_after, model
 
 
 @pytest.mark.parametrize("block_size, compiled", [(1, True), (1, False), (2, True)])
@@ -267,44 +266,12 @@ def test_each_drafting_step_goes_on_from_the_last_ones_features(block_size, comp
     in place of the verifier's: the proposal after ``t`` tokens equals the head's training forward
     rolled out by hand, its features appended to the verifier's states of the prefix."""
     steps = 3
-    proposals, features_after, model, _ = decoded_and_rolled_out(block_size, compiled, steps=steps, leaves=0)
+    proposals, features_after, model = decoded_and_rolled_out(block_size, compiled, steps=steps, leaves=0)
     for t, proposal, _ in proposals:
         expected = []
         for _ in range(steps):
             expected += model.output_layer(features_after(t, expected[block_size - 1::block_size])).argmax(-1).tolist()
         assert proposal == expected[:len(proposal)], t
-
-
-@pytest.mark.parametrize("compiled", [True, False])
-@torch.no_grad()
-def test_unrolled_training_steps_are_the_drafters_calls_of_one_proposal(compiled):
-    """With ``unrolled_steps`` 3, step ``s`` at position ``t + s`` of one training call (its input the
-    proposal's drafted words) has the features of the drafter's call ``s + 1`` after ``t`` tokens:
-    what the head is trained on is what decoding feeds it, its own features included."""
-    steps = 3
-    proposals, features_after, model, (output, source) = decoded_and_rolled_out(1, compiled, steps=steps, leaves=0)
-    model.unrolled_steps = steps
-    compared = 0
-    for t, proposal, _ in proposals:
-        drafted = torch.tensor(proposal[:steps - 1], dtype=torch.long)
-        prev_output = torch.cat([output[0, :t + 1], drafted]).unsqueeze(0)
-        features, extra = model(**source, prev_output_tokens=prev_output)
-        assert extra["unrolled"] and features.shape[2] == steps
-        for step in range(min(steps, len(proposal))):
-            expected = features_after(t, proposal[:step])[-1]
-            torch.testing.assert_close(features[0, t + step, step], expected, atol=1e-5, rtol=1e-5)
-            assert int(model.output_layer(features[0, t + step, step]).argmax()) == proposal[step]
-            compared += 1
-    assert compared > len(proposals)
-
-
-def test_unrolled_steps_are_refused_for_a_block_head():
-    dictionary = make_dictionary(20)
-    model = build_head(build_transformer(dictionary, seed=1, layers=1), block_size=2)
-    with pytest.raises(ValueError, match="--unrolled-steps 2: a one-slot head"):
-        DraftHeadModel(model.head, model.verifier, unrolled_steps=2)
-    with pytest.raises(ValueError, match="--unrolled-steps 0"):
-        DraftHeadModel(build_head(model.verifier, block_size=1).head, model.verifier, unrolled_steps=0)
 
 
 @pytest.mark.parametrize("compiled, branches, least_probability", [(True, 2, 0.0), (False, 2, 0.0), (True, 3, 0.05),
@@ -316,8 +283,8 @@ def test_a_draft_tree_keeps_each_levels_likeliest_paths_rolled_out_by_hand(compi
     ``least_probability`` likely: the head's training forward rolled out by hand along each path (its
     features appended to the verifier's states of the prefix) gives the same tree."""
     steps = 3
-    proposals, features_after, model, _ = decoded_and_rolled_out(1, compiled, steps=steps, branches=branches,
-                                                                 least_probability=least_probability)
+    proposals, features_after, model = decoded_and_rolled_out(1, compiled, steps=steps, branches=branches,
+                                                              least_probability=least_probability)
     for t, proposal, parents in proposals:
         level, nodes = [((), 0.0)], [()]  # paths from the root with their log-probabilities
         for _ in range(steps):
@@ -609,38 +576,6 @@ def test_the_state_regression_pulls_each_slots_features_to_the_verifiers_state_f
         DraftHeadLossCriterion(task, label_smoothing=0.0, state_regression_weight=-1.0)
 
 
-def test_unrolled_steps_are_scored_where_a_proposal_makes_them_with_the_state_at_their_position():
-    """Step ``s`` at position ``u`` predicts the token after ``u`` and is scored where ``u >= s`` (a
-    proposal after ``u - s`` tokens), its features pulled to the verifier's state at ``u``."""
-    dictionary, verifier, _, batch, task = criterion_case(4, [[9, 10, 11], [12]])
-    model = DraftHeadModel(build_head(verifier, block_size=1).head, verifier, unrolled_steps=3).eval()
-    loss, sample_size, log = DraftHeadLossCriterion(task, label_smoothing=0.0, state_regression_weight=2.0)(model,
-                                                                                                          batch)
-    features, extra = model(**batch["net_input"])
-    expected, scored = 0.0, 0
-    for row, target in enumerate(batch["target"].tolist()):
-        for u, word in enumerate(target):
-            for step in range(3):
-                if word != dictionary.pad() and step <= u:
-                    log_probs = F.log_softmax(model.output_layer(features[row, u, step]), -1)
-                    expected += -log_probs[word].item() + 2.0 * F.smooth_l1_loss(
-                        features[row, u, step], extra["verifier_states"][row, u]).item()
-                    scored += 1
-    assert sample_size == scored == (1 + 2 + 3 + 3) + (1 + 2)
-    assert log["prefixes"] == 4 + 2
-    assert loss.item() == pytest.approx(expected, rel=1e-5)
-    loss.backward()
-    assert model.head.fuse.weight.grad.abs().sum() > 0
-
-
-def test_unrolled_steps_are_accepted_as_the_chain_of_one_proposal():
-    """A proposal after ``t`` tokens is right at step ``s`` where step ``s`` at position ``t + s`` is."""
-    right = torch.tensor([[[1, 0, 0], [1, 1, 0], [0, 1, 1], [1, 0, 1]]], dtype=torch.bool)
-    chains = DraftHeadLossCriterion.chains(right)
-    assert chains.tolist() == [[[1, 1, 1], [1, 1, 1], [0, 0, 0], [1, 0, 0]]]
-    assert chains.long().cumprod(2).sum(2).tolist() == [[3, 3, 0, 1]]
-
-
 def test_the_soft_target_weight_is_a_weight():
     dictionary = make_dictionary(20)
     task = SimpleNamespace(target_dictionary=dictionary, verifier=None)
@@ -766,14 +701,11 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
                             capture_output=True, text=True, timeout=600)
     assert failed.returncode != 0 and "train_draft_head.sh: fairseq-train failed" in failed.stderr
     assert not (tmp_path / "broken" / ".trained").exists()
-    # a one-slot head is trained with EAGLE's feature loss (here over two unrolled drafting steps) and drafts
-    # three steps per pass
+    # a one-slot head is trained with EAGLE's feature loss and drafts three steps per pass
     one_slot = tmp_path / "one_slot"
-    run_script("train_draft_head.sh", *common[:2], one_slot, *common[3:-1], 1, "--unrolled-steps", 2, "--",
-               "--max-update", 2)
+    run_script("train_draft_head.sh", *common[:2], one_slot, *common[3:-1], 1, "--", "--max-update", 2)
     state = checkpoint_utils.load_checkpoint_to_cpu(str(one_slot / "checkpoint_last.pt"))
     assert state["cfg"].criterion.state_regression_weight == 10 and state["cfg"].task.block_size == 1
-    assert state["cfg"].task.unrolled_steps == 2
     # the verifier's states are kept after the first epoch unless the script is told otherwise
     assert state["cfg"].task.keep_verifier_states
     recomputed = tmp_path / "recomputed"

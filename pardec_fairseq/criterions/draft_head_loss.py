@@ -19,11 +19,6 @@ features) between each slot's output features and the verifier's state that pred
 (slot ``i`` after ``t`` tokens: the state after input ``t + i - 1``), as EAGLE (Li et al. 2024)
 trains its drafter: a head drafting autoregressively (``--draft-head-steps``) feeds its own output back
 in place of the verifier's state it has not computed yet, so that output should be that state.
-
-A head trained over ``--unrolled-steps S`` drafting steps (``DraftHeadModel.unrolled_features``) has
-``S`` slots per position that all predict the position's next token, each step's loss counting alike;
-``accepted`` is then what exact acceptance keeps of an ``S``-token chain drafted after each prefix
-(teacher-forced, which the chain's leading right tokens are anyway).
 """
 from dataclasses import dataclass, field
 
@@ -74,15 +69,8 @@ class DraftHeadLossCriterion(FairseqCriterion):
     def forward(self, model, sample, reduce=True):
         features, extra = model(**sample["net_input"])  # [rows, T, k, d]
         rows, length, block_size, _ = features.shape
-        unrolled = extra.get("unrolled", False)
-        if unrolled:
-            targets = sample["target"].unsqueeze(2).expand(-1, -1, block_size)
-            steps = torch.arange(block_size, device=targets.device)
-            # step s at position u drafts after u - s tokens: none before position s
-            real = targets.ne(self.padding_idx) & (steps <= torch.arange(length, device=steps.device).unsqueeze(1))
-        else:
-            targets = slot_targets(sample["target"], self.padding_idx, block_size)
-            real = targets.ne(self.padding_idx)
+        targets = slot_targets(sample["target"], self.padding_idx, block_size)
+        real = targets.ne(self.padding_idx)
         # a head drafting among the first --draft-vocab words is trained on those words alone
         scored = real & targets.lt(model.draft_vocab) if model.draft_vocab else real
         logits = model.output_layer(features[scored])
@@ -94,12 +82,9 @@ class DraftHeadLossCriterion(FairseqCriterion):
             soft = self.soft_cross_entropy(model, extra["verifier_states"], scored, logits)
             loss = (1.0 - self.soft_weight) * loss + self.soft_weight * soft
         if self.regression_weight:
-            loss = loss + self.regression_weight * self.state_distance(features, extra["verifier_states"], real,
-                                                                       unrolled)
+            loss = loss + self.regression_weight * self.state_distance(features, extra["verifier_states"], real)
         right = torch.zeros_like(scored)
         right[scored] = logits.argmax(-1).eq(targets[scored])
-        if unrolled:  # a proposal after t tokens: step s at position t + s
-            right = self.chains(right)
         # leading slots right, at the prefixes before the end (a word the head cannot draft is wrong)
         leading = right.long().cumprod(2).sum(2)[real[:, :, 0]]
         sample_size = int(scored.sum())
@@ -127,24 +112,11 @@ class DraftHeadLossCriterion(FairseqCriterion):
         padded = F.pad(states, (0, 0, 0, block_size))
         return padded.unfold(1, block_size, 1)[:, :states.size(1)].permute(0, 1, 3, 2)
 
-    @staticmethod
-    def chains(right):
-        """``[rows, T, S]``: whether step ``s`` of the proposal made after ``t`` tokens is right, from
-        ``right`` ``[rows, T, S]`` by position ``t + s`` (false past the end)."""
-        chained = torch.zeros_like(right)
-        for step in range(min(right.size(1), right.size(2))):
-            chained[:, :right.size(1) - step, step] = right[:, step:, step]
-        return chained
-
     @classmethod
-    def state_distance(cls, features, states, real, unrolled=False):
+    def state_distance(cls, features, states, real):
         """Summed over the ``real`` slots: the smooth L1 distance, averaged over the features, between
-        each slot's ``features`` and the verifier's state predicting the slot's token (for unrolled
-        steps, the state at the slot's own position)."""
-        if unrolled:
-            target = states.unsqueeze(2).expand_as(features)[real]
-        else:
-            target = cls.slot_states(states, features.size(2))[real]
+        each slot's ``features`` and the verifier's state predicting the slot's token."""
+        target = cls.slot_states(states, features.size(2))[real]
         return F.smooth_l1_loss(features[real].float(), target.float(), reduction="none").mean(-1).sum()
 
     @staticmethod

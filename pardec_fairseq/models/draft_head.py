@@ -13,12 +13,6 @@ has not been through it yet. Slot ``i`` (1..k) predicts ``y_{t+i}``; its input i
 embedding of ``x_t`` fused with ``H_{t-1}`` (zeros at ``t = 0``) plus a learned slot embedding. In
 each layer the slots attend to the prefix states (through the layer's own keys and values), to each
 other, and to the source; training covers every ``t`` of every sentence in one call.
-
-A one-slot head drafts autoregressively: its second call reads its first call's output features in
-place of the state ``H_t`` the verifier has not computed yet. Trained on the verifier's states alone,
-it never saw its own features there. With ``unrolled_steps`` ``S`` above 1 every prefix is also
-drafted on for ``S - 1`` more steps in training, each step's features standing in for the verifier's
-states as decoding feeds them (EAGLE-3's training-time test, Li et al. 2025).
 """
 from typing import List, NamedTuple, Optional, Tuple
 
@@ -163,15 +157,10 @@ def source_visible(padding: Optional[Tensor], enc: Tensor) -> Tensor:
 class DraftHeadModel(BaseFairseqModel):
     """The head with its frozen verifier: only the head's weights train and are saved."""
 
-    def __init__(self, head: DraftHead, verifier, draft_vocab: int = 0, unrolled_steps: int = 1):
-        """``draft_vocab``: the head drafts among the dictionary's first ``draft_vocab`` words (0: all);
-        ``unrolled_steps``: autoregressive drafting steps a one-slot head is trained over (1: the
-        verifier's states alone)."""
+    def __init__(self, head: DraftHead, verifier, draft_vocab: int = 0):
+        """``draft_vocab``: the head drafts among the dictionary's first ``draft_vocab`` words (0: all)."""
         super().__init__()
-        if unrolled_steps < 1 or (unrolled_steps > 1 and head.block_size != 1):
-            raise ValueError(f"--unrolled-steps {unrolled_steps}: a one-slot head (--block-size 1) is trained over 1 "
-                             "or more drafting steps; a block head drafts its block in one call (give 1)")
-        self.head, self.draft_vocab, self.unrolled_steps = head, draft_vocab, unrolled_steps
+        self.head, self.draft_vocab = head, draft_vocab
         self.attach(verifier)
 
     @staticmethod
@@ -194,7 +183,7 @@ class DraftHeadModel(BaseFairseqModel):
         draft_vocab = task.cfg.draft_vocab or 0
         if draft_vocab and has_fairseq_output_layer(decoder, draft_vocab):
             first_words(decoder.output_projection, draft_vocab)  # a number of words the dictionary has
-        return cls(head, verifier, draft_vocab, getattr(task.cfg, "unrolled_steps", 1))
+        return cls(head, verifier, draft_vocab)
 
     def attach(self, verifier):
         """Ride on ``verifier``, kept in eval mode (its weights are frozen by the training task)."""
@@ -237,9 +226,7 @@ class DraftHeadModel(BaseFairseqModel):
         """Slot features ``[rows, T, k, d]`` for every prefix length ``t`` of the targets whose
         decoder input is ``prev_output_tokens`` ``[rows, T]`` (BOS, y_1 .. y_{T-1}), and as fairseq's
         decoders do an extra dictionary: ``verifier_states`` ``[rows, T, d]``, the verifier's final
-        decoder states, from which the criterion takes the verifier's own next-token distributions,
-        and ``unrolled``: whether the ``k`` are ``unrolled_steps`` drafting steps predicting the same
-        token (``unrolled_features``) rather than slots predicting the next ``k``.
+        decoder states, from which the criterion takes the verifier's own next-token distributions.
         ``verifier_outputs``: the verifier's outputs for the batch where they were kept
         (``VerifierMemory``), else computed here."""
         if verifier_outputs is None:
@@ -247,10 +234,6 @@ class DraftHeadModel(BaseFairseqModel):
         enc, padding, states = verifier_outputs
         with torch.no_grad():
             token_embedding = self.verifier.decoder.embed_tokens(prev_output_tokens)
-        encoders, encoder_visible = self.head.encoder_keys_values(enc), source_visible(padding, enc)
-        extra = {"verifier_states": states, "unrolled": self.unrolled_steps > 1}
-        if self.unrolled_steps > 1:
-            return self.unrolled_features(token_embedding, states, encoders, encoder_visible), extra
         rows, length, _ = states.shape
         k = self.head.block_size
         last_state = F.pad(states[:, :-1], (0, 0, 1, 0))  # H_{t-1}, zeros at t = 0
@@ -258,31 +241,9 @@ class DraftHeadModel(BaseFairseqModel):
         t = torch.arange(length, device=states.device).repeat_interleave(k)
         # slot (t, i) sees the states before t and the slots of the same t: [T k, T + T k]
         visible = torch.cat([torch.arange(length, device=t.device) < t.unsqueeze(1), t.unsqueeze(1) == t], 1)
-        features = self.head(x, self.head.memory_keys_values(states), visible, encoders, encoder_visible)
-        return features.view(rows, length, k, -1), extra
-
-    def unrolled_features(self, token_embedding, states, encoders, encoder_visible) -> Tensor:
-        """``[rows, T, S, d]``: at position ``u``, step ``s`` (0-based) is the one-slot head's call that
-        drafts ``y_{u+1}`` as the ``s + 1``-th call of a proposal made after ``u - s`` tokens. As in
-        decoding, that call reads the verifier's states before ``u - s`` and, at the ``s`` positions
-        after, the features that calls ``1 .. s`` of the same proposal put there in place of the
-        verifier's, the last of them fused with the input token. Positions ``u < s`` have no such
-        proposal; the criterion does not score them."""
-        rows, length, _ = states.shape
-        positions = torch.arange(length, device=states.device)
-        query, key = positions.unsqueeze(1), positions.unsqueeze(0)
-        fed, memories, steps = states, [self.head.memory_keys_values(states)], []
-        for step in range(self.unrolled_steps):
-            x = self.head.slots(token_embedding, F.pad(fed[:, :-1], (0, 0, 1, 0))).squeeze(2)
-            # keys: the verifier's states, each earlier step's features, the slots themselves: [T, (step + 2) T]
-            visible = torch.cat([key <= query - step - 1] + [key == query - step - 1 + earlier
-                                                             for earlier in range(1, step + 1)] + [key == query], 1)
-            memory = [(torch.cat([m[layer][0] for m in memories], 2), torch.cat([m[layer][1] for m in memories], 2))
-                      for layer in range(len(self.head.layers))]
-            fed = self.head(x, memory, visible, encoders, encoder_visible)
-            steps.append(fed)
-            memories.append(self.head.memory_keys_values(fed))
-        return torch.stack(steps, 2)
+        features = self.head(x, self.head.memory_keys_values(states), visible, self.head.encoder_keys_values(enc),
+                             source_visible(padding, enc))
+        return features.view(rows, length, k, -1), {"verifier_states": states}
 
 
 @register_model_architecture("draft_head", "draft_head")

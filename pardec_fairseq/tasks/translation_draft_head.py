@@ -25,11 +25,6 @@ class TranslationDraftHeadConfig(TranslationPardecConfig):
     verifier_path: str = field(
         default="", metadata={"help": "checkpoint of the verifier the head drafts for (frozen while training)"})
     block_size: int = field(default=4, metadata={"help": "tokens the head drafts per call (its mask slots)"})
-    unrolled_steps: int = field(default=1, metadata={
-        "help": "train a one-slot head (--block-size 1) over this many autoregressive drafting steps, each after the "
-                "first reading the head's own features where decoding puts them in place of the verifier's states "
-                "(EAGLE-3's training-time test; decode with --draft-head-steps as many); 1: the verifier's states "
-                "alone"})
     keep_verifier_states: bool = field(default=False, metadata={
         "help": "keep the frozen verifier's encoder output and decoder states of each training sentence in memory "
                 "after its first batch, so that later epochs run the head alone (the verifier's forward was 42% of a "
