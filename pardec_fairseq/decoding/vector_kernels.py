@@ -50,17 +50,19 @@ def _host_has(feature: str) -> bool:
 
 # floats per vector register: 16 with AVX-512 (32 registers), else 8 (AVX2: 16 registers)
 LANES = 16 if _host_has("avx512f") else 8
-# columns of the panel a tile of 1..6 rows covers, so that its accumulators, the weight's vectors
+# columns of the panel a tile of 1..5 rows covers, so that its accumulators, the weight's vectors
 # and a broadcast fit the registers: 4 rows x 64 columns take 16 of AVX-512's 32, while with AVX2's
-# 16 the same tile spilled to the stack (4 x 8 accumulators); there a tile of 3-6 rows covers 16
-# columns (6 rows: 12 accumulators, 2 weight vectors, a broadcast) and one of 2 rows 32
-TILE_COLUMNS = (0, PANEL, PANEL, PANEL, PANEL, PANEL, PANEL) if LANES == 16 else (0, PANEL, 32, 16, 16, 16, 16)
+# 16 the same tile spilled to the stack (4 x 8 accumulators); there a tile of 3-5 rows covers 16
+# columns (5 rows: 10 accumulators, 2 weight vectors, a broadcast) and one of 2 rows 32
+TILE_COLUMNS = (0, PANEL, PANEL, PANEL, PANEL, PANEL) if LANES == 16 else (0, PANEL, 32, 16, 16, 16)
 # rows of a full tile: a pass's weights are read from memory once per tile, so a pass over up to
-# TILE_ROWS tokens costs what a one-token pass does. With AVX2, 6: on the Zen 3 VM (2 threads, the
-# recipe verifier's 19.5 MB of products) 6 rows took 1.03-1.12 ms, 1 row 0.86-1.07; in tiles of 4
-# (4 + 2) 6 rows took 1.32-1.39 ms, the second tile's arithmetic adding to the first's reads. 7-8 rows
-# in one tile spill the accumulators (1.85-2.14 ms). AVX-512's tiles stay at the 4 rows measured there.
-TILE_ROWS = 4 if LANES == 16 else 6
+# TILE_ROWS tokens costs what a one-token pass does. With AVX2, 5. A 6-row tile (12 accumulators)
+# ran as fast as 5 rows where its code was compiled in the process, but numba's cached copy of it,
+# what every later run executes, took 1.5x as long: on the Zen 3 VM (2 threads, weights in cache,
+# one process) 6, 8, 12 and 20 rows x (256, 1024) took 45, 58, 81 and 117 us cached against 29, 44,
+# 52 and 78 freshly compiled (5 rows: 24 and 26). Cached tiles of 5 rows (6 = 5 + 1) took 32, 34, 44
+# and 73 us. With AVX-512 the tiles stay at the 4 rows measured there.
+TILE_ROWS = 4 if LANES == 16 else 5
 # columns of a panel that ``pack`` stores together: the narrowest tile's, so that a tile reads its
 # weights in memory order. Interleaved across the panel, the 16-column tiles of AVX2 read every
 # 256-byte row in four parts: from memory on a Zen 3 core, 4 rows x (256, 1024) took 120-169 us so,
@@ -272,18 +274,15 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
     return tile
 
 
-_tile1, _tile2, _tile3, _tile4, _tile5, _tile6 = (_tile(rows, TILE_COLUMNS[rows]) for rows in range(1, 7))
-_COLUMNS1, _COLUMNS2, _COLUMNS3, _COLUMNS4, _COLUMNS5, _COLUMNS6 = TILE_COLUMNS[1:]
+_tile1, _tile2, _tile3, _tile4, _tile5 = (_tile(rows, TILE_COLUMNS[rows]) for rows in range(1, 6))
+_COLUMNS1, _COLUMNS2, _COLUMNS3, _COLUMNS4, _COLUMNS5 = TILE_COLUMNS[1:]
 
 
 @numba.njit(cache=True, nogil=True)
 def _rows_into(x, r, rows, panels, p, bias, out, c0):
-    """Rows ``r .. r + rows - 1`` (1 to 6) of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``: one tile
+    """Rows ``r .. r + rows - 1`` (1 to 5) of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``: one tile
     across the panel in its ``TILE_COLUMNS``."""
-    if rows == 6:
-        for q in range(0, PANEL, _COLUMNS6):
-            _tile6(x, r, panels, p, q, bias, out, r, c0)
-    elif rows == 5:
+    if rows == 5:
         for q in range(0, PANEL, _COLUMNS5):
             _tile5(x, r, panels, p, q, bias, out, r, c0)
     elif rows == 4:
