@@ -168,7 +168,10 @@ class DraftHeadModel(BaseFairseqModel):
         parser.add_argument("--head-layers", type=int, help="layers of the head (1 or 2 are enough)")
         parser.add_argument("--head-attention-heads", type=int, help="attention heads per layer")
         parser.add_argument("--head-ffn-dim", type=int, help="inner size of each layer's feed-forward block")
-        parser.add_argument("--dropout", type=float, help="dropout in the head")
+        parser.add_argument("--dropout", type=float,
+                            help="dropout in the head (default 0: on LibreOffice a head without it learnt more per "
+                            "update and ran 14%% more updates an hour on a 2-core CPU, where drawing the masks took "
+                            "11%% of a step)")
         parser.add_argument("--head-attention-dropout", type=float,
                             help="dropout of the head's attention weights (as fairseq's --attention-dropout; each "
                             "slot's attention spans every prefix state and slot of a sentence in training, so it "
@@ -251,5 +254,5 @@ def draft_head_architecture(args):
     args.head_layers = getattr(args, "head_layers", 1)
     args.head_attention_heads = getattr(args, "head_attention_heads", 4)
     args.head_ffn_dim = getattr(args, "head_ffn_dim", 1024)
-    args.dropout = getattr(args, "dropout", 0.1)
+    args.dropout = getattr(args, "dropout", 0.0)
     args.head_attention_dropout = getattr(args, "head_attention_dropout", 0.0)
