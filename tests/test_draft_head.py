@@ -24,8 +24,7 @@ from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator
 from pardec_fairseq.decoding.acceptance import RelaxedAcceptance, in_top_k
 from pardec_fairseq.decoding.engine import DecodingState
 from pardec_fairseq.decoding.observers import LoopObserver
-from pardec_fairseq.models.draft_head import DraftHeadModel, draft_head_architecture
-from pardec_fairseq.models.draft_head import build_head as head_for
+from pardec_fairseq.models.draft_head import DraftHead, DraftHeadModel, draft_head_architecture
 from pardec_fairseq.tasks import verifier_memory
 from pardec_fairseq.tasks.verifier_memory import VerifierMemory
 from test_lossless_matches_fairseq import (GENERATION_DEFAULTS, assert_same_hypotheses, fairseq_beam_one, plugin,
@@ -35,14 +34,14 @@ from test_scripts import free_port, run_script
 from tiny import build_transformer, make_batch, make_dictionary, torch_on_threads
 
 
-def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_dropout=0.0, verifier_layers=1):
+def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_dropout=0.0):
     args = argparse.Namespace(head_layers=layers, head_attention_heads=2, head_ffn_dim=24, dropout=dropout,
-                              head_attention_dropout=attention_dropout, verifier_layers=verifier_layers)
+                              head_attention_dropout=attention_dropout)
     draft_head_architecture(args)
     torch.manual_seed(seed)
-    head = head_for(args, block_size, verifier)
-    if head.read is not None:  # away from its start (the last layer's state alone), to be seen in tests
-        head.read.weight.data.normal_(0.0, head.read_width ** -0.5)
+    decoder = verifier.decoder
+    head = DraftHead(args, block_size, decoder.embed_tokens.embedding_dim, decoder.output_embed_dim,
+                     verifier.encoder.embed_tokens.embedding_dim)
     return DraftHeadModel(head, verifier.requires_grad_(False))
 
 
@@ -51,12 +50,12 @@ def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_
        eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
        verifier_path=st.sampled_from(["fast", "fairseq"]), pre_norm=st.booleans(), compiled=st.booleans(),
        draft_vocab=st.sampled_from([0, 3, 9]), precision=st.sampled_from(["float32", "bfloat16", "int8"]),
-       steps=st.sampled_from([None, 1, 2, 3]), verifier_layers=st.integers(1, 2),
+       steps=st.sampled_from([None, 1, 2, 3]),
        tree=st.sampled_from([(1, 0.0, 0, 0), (2, 0.0, 0, 0), (3, 0.2, 0, 0), (1, 0.3, 0, 0), (2, 0.0, 3, 0),
                              (1, 0.0, 0, 1), (1, 0.0, 0, 2)]))
 def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size, layers, eos_bias, batch, max_len_b,
                                                                batch_of, verifier_path, pre_norm, compiled,
-                                                               draft_vocab, precision, steps, verifier_layers, tree):
+                                                               draft_vocab, precision, steps, tree):
     """``tree``: branches, least path probability, nodes verified and runner-up leaves (at most the steps
     drafted), for a one-slot head (a tree needs the fast verifier)."""
     dictionary = make_dictionary(20)
@@ -67,8 +66,7 @@ def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size,
     branches, least_probability, nodes, leaves = tree if block_size == 1 else (1, 0.0, 0, 0)
     leaves = min(leaves, 3 if steps is None else steps)  # leaves go beside drafted tokens
     verifier_path = "fast" if branches > 1 or leaves else verifier_path
-    head = build_head(verifier, block_size, layers, seed + 1, verifier_layers=verifier_layers)
-    drafter = DraftHeadDrafter(head.eval(), draft_vocab=draft_vocab,
+    drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval(), draft_vocab=draft_vocab,
                                precision=precision, steps=steps, branches=branches,
                                least_probability=least_probability, nodes=nodes, leaves=leaves)
     assert drafter.compiled is not None
@@ -122,17 +120,15 @@ def test_draft_vocab_is_refused_for_a_verifier_with_its_own_output_layer():
     (1, "float32", 1, 3, (1, 0.0, 0)), (2, "float32", 1, 3, (1, 0.0, 0)), (2, "bfloat16", 1, 3, (1, 0.0, 0)),
     (2, "float32", 3, 3, (1, 0.0, 0)), (1, "bfloat16", 2, 3, (1, 0.0, 0)), (1, "int8", 3, 1, (1, 0.0, 0)),
     (1, "float32", 3, 1, (2, 0.0, 0)), (2, "float32", 4, 1, (3, 0.05, 0)), (1, "float32", 4, 1, (1, 0.1, 0)),
-    (1, "float32", 4, 1, (2, 0.0, 3)), (1, "float32", 3, 1, (1, 0.0, 0, 2)), (1, "int8", 2, 1, (1, 0.0, 0, 2)),
-    (1, "int8", 3, 1, (1, 0.0, 0, 1, 2)), (1, "float32", 3, 1, (2, 0.0, 0, 0, 2))])
+    (1, "float32", 4, 1, (2, 0.0, 3)), (1, "float32", 3, 1, (1, 0.0, 0, 2)), (1, "int8", 2, 1, (1, 0.0, 0, 2))])
 @torch.no_grad()
 def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations_do(layers, precision, steps,
                                                                                    block_size, tree):
     """``tree``: a one-slot head's branches, least path probability, nodes verified (trees and chains of
-    per-row lengths), runner-up leaves beside a chain and the verifier layers the head reads."""
+    per-row lengths) and runner-up leaves beside a chain."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=2).eval()
-    verifier_layers = tree[4] if len(tree) > 4 else 1
-    model = build_head(verifier, block_size=block_size, layers=layers, seed=4, verifier_layers=verifier_layers).eval()
+    model = build_head(verifier, block_size=block_size, layers=layers, seed=4).eval()
     compiled, plain = (DraftHeadDrafter(model, precision=precision, steps=steps, branches=tree[0],
                                         least_probability=tree[1], nodes=tree[2], leaves=(tree + (0,))[3])
                        for _ in range(2))
@@ -154,8 +150,8 @@ def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations
             ours, torchs = getattr(drafts[0], field), getattr(drafts[1], field)
             assert (ours is None and torchs is None) or torch.equal(ours, torchs), field
         torch.testing.assert_close(compiled.cache.buffers, plain.cache.buffers)  # what later calls wrote
-        states = torch.randn(3, 4, model.head.read_width, generator=generator)
-        scores = SimpleNamespace(hidden_states=lambda model: states, layer_states=lambda layers: states)
+        states = torch.randn(3, 4, verifier.decoder.output_embed_dim, generator=generator)
+        scores = SimpleNamespace(hidden_states=lambda model: states)
         path = None  # a tree's verdict: the kept pass positions, gathered by each update
         if drafts[0].parents is not None:
             path = torch.stack([torch.randperm(4, generator=generator) for _ in range(3)])[:, :max(accepted) + 1]
@@ -190,14 +186,13 @@ def test_slot_targets_are_the_next_tokens_after_each_prefix():
     assert torch.equal(slot_targets(target, pad, 3), expected)
 
 
-@pytest.mark.parametrize("compiled, verifier_layers", [(True, 1), (False, 1), (True, 2), (False, 2)])
-def test_training_sees_every_prefix_as_decoding_does(compiled, verifier_layers):
+@pytest.mark.parametrize("compiled", [True, False])
+def test_training_sees_every_prefix_as_decoding_does(compiled):
     """The slot features of prefix ``t`` in one training call equal the drafter's proposal after the
-    verifier's greedy output's first ``t`` tokens (and do not depend on what follows them), also for a
-    head reading the verifier's lower layer."""
+    verifier's greedy output's first ``t`` tokens (and do not depend on what follows them)."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=4, layers=2, eos_bias=-3.0).eval()
-    model = build_head(verifier, block_size=3, layers=2, seed=5, verifier_layers=verifier_layers).eval()
+    model = build_head(verifier, block_size=3, layers=2, seed=5).eval()
     batch = make_batch(dictionary, [[4, 5, 6, 7], [8, 9]])
     output = fairseq_beam_one([verifier], dictionary, batch, max_len_b=8)
     row = 0
@@ -390,28 +385,25 @@ class _SlotRecorder(LoopObserver):
             self.slots.append((int(state.lengths[row]), slots[row]))
 
 
-def criterion_case(seed, targets, verifier_layers=1):
-    """For the criterion's tests: a verifier of ``verifier_layers`` layers, a two-slot head reading them all,
-    a batch of two sentences with ``targets`` and the task the criterion reads."""
+def criterion_case(seed, targets):
+    """For the criterion's tests: a one-layer verifier, a two-slot head on it, a batch of two sentences
+    with ``targets`` and the task the criterion reads."""
     dictionary = make_dictionary(20)
-    verifier = build_transformer(dictionary, seed=seed, layers=verifier_layers).eval()
-    model = build_head(verifier, block_size=2, verifier_layers=verifier_layers).eval()
+    verifier = build_transformer(dictionary, seed=seed, layers=1).eval()
+    model = build_head(verifier, block_size=2).eval()
     batch = make_batch(dictionary, [[4, 5, 6], [7, 8]], targets=targets)
     return dictionary, verifier, model, batch, SimpleNamespace(target_dictionary=dictionary, verifier=verifier)
 
 
-@pytest.mark.parametrize("verifier_layers", [1, 2])
-def test_kept_verifier_states_are_the_verifiers_outputs_in_any_later_batch(verifier_layers):
-    """``VerifierMemory`` keeps each sentence's outputs from the batch that computed them (with
-    ``--verifier-layers 2`` both layers'), and serves them in a batch of other sentences (other padding) as
-    the verifier computes them there."""
+def test_kept_verifier_states_are_the_verifiers_outputs_in_any_later_batch():
+    """``VerifierMemory`` keeps each sentence's outputs from the batch that computed them, and serves them in a
+    batch of other sentences (other padding) as the verifier computes them there."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=2).eval()
-    model = build_head(verifier, block_size=2, verifier_layers=verifier_layers).eval()
-    assert model.head.read_width == verifier_layers * verifier.decoder.output_embed_dim
+    model = build_head(verifier, block_size=2).eval()
     sources, targets = [[4, 5, 6], [7, 8], [9, 10, 11, 12, 13]], [[9, 10, 11], [12], [4, 5, 6, 7, 8, 9]]
     lengths = [len(s) + 1 for s in sources], [len(t) + 1 for t in targets]
-    memory = VerifierMemory(*lengths, verifier.encoder.embed_tokens.embedding_dim, model.head.read_width,
+    memory = VerifierMemory(*lengths, verifier.encoder.embed_tokens.embedding_dim, verifier.decoder.output_embed_dim,
                             dictionary.pad(), dictionary.pad(), "--keep-verifier-states")
     calls = []
 
@@ -559,10 +551,8 @@ def test_drafting_steps_default_to_three_for_a_one_slot_head_and_steps_and_trees
                                                        dictionary, dictionary, [verifier])
 
 
-@pytest.mark.parametrize("verifier_layers", [1, 2])
-def test_the_state_regression_pulls_each_slots_features_to_the_verifiers_state_for_its_token(verifier_layers):
-    """A slot's features are pulled to the verifier's final state, also where the head reads more layers."""
-    dictionary, verifier, model, batch, task = criterion_case(3, [[9, 4, 11], [5]], verifier_layers)
+def test_the_state_regression_pulls_each_slots_features_to_the_verifiers_state_for_its_token():
+    dictionary, verifier, model, batch, task = criterion_case(3, [[9, 4, 11], [5]])
     hard, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0)(model, batch)
     both, _, _ = DraftHeadLossCriterion(task, label_smoothing=0.0, state_regression_weight=2.0)(model, batch)
     # by hand: slot i after t tokens against the verifier's state after input t + i, where a target exists
@@ -614,20 +604,6 @@ def test_the_head_saves_its_own_weights_and_keeps_the_verifier_in_eval_mode():
     other = build_head(verifier, seed=9)
     other.load_state_dict(state)
     assert torch.equal(other.head.fuse.weight, model.head.fuse.weight)
-
-
-def test_a_head_reads_between_one_and_all_of_the_verifiers_decoder_layers_and_starts_as_the_last_alone():
-    dictionary = make_dictionary(20)
-    verifier = build_transformer(dictionary, seed=1, layers=2).eval()
-    for layers in (0, 3):
-        with pytest.raises(ValueError, match=f"--verifier-layers {layers}: the verifier has 2 decoder layers; read 1 "
-                                             "to that many"):
-            build_head(verifier, verifier_layers=layers)
-    args = argparse.Namespace(verifier_layers=2)
-    draft_head_architecture(args)
-    head = head_for(args, 1, verifier)
-    states = torch.randn(3, head.read_width)
-    torch.testing.assert_close(head.read_states(states), states[:, -verifier.decoder.output_embed_dim:])
 
 
 DRAFT_HEAD = ["--task", "translation_draft_head", "--arch", "draft_head", "--criterion", "draft_head_loss",

@@ -26,7 +26,6 @@ from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.proposals import DraftTree, Proposal
 from pardec_fairseq.decoding.registry import build_verifier
 from pardec_fairseq.models.decoder_steps import encoder_states
-from pardec_fairseq.models.draft_head import verifier_layer_states
 from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one, plugin, sentences
 from tiny import build_transformer, make_batch, make_dictionary, torch_on_threads
 
@@ -164,32 +163,6 @@ def test_fast_pass_scores_equal_the_fairseq_pass_over_uneven_rows(seed, rows, da
     (fast_lprobs, fast_hidden), (reference_lprobs, reference_hidden) = results
     torch.testing.assert_close(fast_hidden, reference_hidden, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(fast_lprobs, reference_lprobs, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.parametrize("path", ["compiled", "torch", "fairseq"])
-@pytest.mark.parametrize("pre_norm", [True, False])
-def test_a_pass_keeps_the_last_layers_outputs_as_fairseqs_inner_states(path, pre_norm):
-    """What a draft head reading several verifier layers takes in decoding (``layer_states``) is what it
-    was trained on: fairseq's decoder layer outputs (``verifier_layer_states``), over a cached prefix."""
-    dictionary = make_dictionary(20)
-    model = build_transformer(dictionary, seed=2, layers=3, decoder_normalize_before=pre_norm).eval()
-    batch = make_batch(dictionary, [[4, 5, 6, 7], [8, 9]])
-    tokens = torch.cat([torch.full((2, 1), dictionary.eos()), torch.randint(4, 20, (2, 5))], 1)
-    verifier = (FairseqVerifier if path == "fairseq" else FastVerifier)([model], dictionary, DecodingOptions())
-    if path == "torch":
-        verifier.fast_decoders[0].compiled = None
-    with torch.no_grad():
-        cache = verifier.start(batch["net_input"], 10)
-        verifier.score(cache, tokens[:, :2], torch.zeros(2, dtype=torch.long), 10)
-        scores = verifier.score(cache, tokens[:, 2:], torch.full((2,), 2), 10, layers=3)
-        encoder_out = model.encoder(batch["net_input"]["src_tokens"], src_lengths=batch["net_input"]["src_lengths"])
-        final, extra = model.decoder.extract_features(tokens, encoder_out=encoder_out)
-    for layers in (1, 2, 3):
-        expected = verifier_layer_states(final, extra["inner_states"], layers) if layers > 1 else final
-        torch.testing.assert_close(scores.layer_states(layers), expected[:, 2:], rtol=1e-4, atol=1e-5)
-    with pytest.raises(ValueError, match="reads the outputs of the verifier's last 4 decoder layers, but the verifier "
-                                         "has 3"):
-        verifier.score(cache, tokens[:, :1], torch.full((2,), 6), 10, layers=4)
 
 
 class ScaledEmbedding(torch.nn.Module):

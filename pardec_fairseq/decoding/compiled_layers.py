@@ -263,19 +263,17 @@ def _activate(h, activation):
 
 
 @numba.njit(cache=True, nogil=True)
-def pass_layers(x, first, cache_rows, sees, chain, lower, keys, values, enc_keys, enc_values, enc_padding, padded,
-                products, biases, widths, norms, eps, heads, normalize_before, cross_attention, activation):
+def pass_layers(x, first, cache_rows, sees, chain, keys, values, enc_keys, enc_values, enc_padding, padded, products,
+                 biases, widths, norms, eps, heads, normalize_before, cross_attention, activation):
     """Every decoder layer of a pass, as ``DecoderLayer.forward``: ``x`` ``[rows, n, d]`` the new tokens'
     inputs, token ``i`` of row ``r`` written at buffer column ``first[r] + i`` of ``keys[l]``/
     ``values[l]`` ``[cache rows, heads, capacity, hd]`` at cache row ``cache_rows[r]`` and attending as
     ``_self_attend_rows`` says. Per layer ``l``: ``products[l]`` holds the packed weights of q/k/v,
     self-attention out, encoder-attention q and out, fc1 and fc2 (``biases[l]`` theirs, ``widths[l]``
     their output widths), ``norms[l]`` ``[3 (weight, bias), 3 (self, encoder, ffn), d]``, ``eps[l]``
-    their epsilons. Returns the last layer's output ``[rows, n, d]``; ``lower`` ``[m, rows * n, d]`` (``m``
-    may be 0) receives the outputs of the ``m`` layers before the last."""
+    their epsilons. Returns the last layer's output ``[rows, n, d]``."""
     rows, n, d = x.shape
     flat = x.reshape((rows * n, d))
-    first_lower = len(keys) - 1 - lower.shape[0]
     for layer in range(len(keys)):
         w, b, width, norm, epsilon = products[layer], biases[layer], widths[layer], norms[layer], eps[layer]
         h = norm_rows(flat, norm[0, 0], norm[1, 0], epsilon[0]) if normalize_before else flat
@@ -297,8 +295,6 @@ def pass_layers(x, first, cache_rows, sees, chain, lower, keys, values, enc_keys
         flat = flat + vector_kernels.product(inner, w[5], b[5], width[5])
         if not normalize_before:
             flat = norm_rows(flat, norm[0, 2], norm[1, 2], epsilon[2])
-        if first_lower <= layer < len(keys) - 1:
-            lower[layer - first_lower] = flat
     return flat.reshape((rows, n, d))
 
 
@@ -375,16 +371,14 @@ class _CompiledWeights(_LayerKind):
         self.weights = (tuple(products), tuple(biases), tuple(widths), tuple(norms), tuple(eps), self.heads,
                         self.normalize_before, self.cross_attention, self.activation)
 
-    def layers(self, cache, x: np.ndarray, first: np.ndarray, tree, rows: Optional[np.ndarray] = None,
-               lower: Optional[np.ndarray] = None) -> np.ndarray:
+    def layers(self, cache, x: np.ndarray, first: np.ndarray, tree, rows: Optional[np.ndarray] = None) -> np.ndarray:
         """``x`` ``[rows, n, d]``: the new tokens' inputs of the cache's ``rows`` (``None``: all);
         token ``i`` of row ``r`` at buffer column ``first[r] + i``, after its parent in ``tree``
-        (``None``: a chain); ``lower``: ``pass_layers``' (``None``: none kept)."""
+        (``None``: a chain)."""
         cache.reserve(int(first.max()) + x.shape[1])
         sees = _NO_TREE if tree is None else tree.sees.numpy()
         cache_rows = np.arange(x.shape[0]) if rows is None else rows
-        return pass_layers(x, first, cache_rows, sees, tree is None, NO_LOWER if lower is None else lower,
-                           *cache.numpy_views(), *self.weights)
+        return pass_layers(x, first, cache_rows, sees, tree is None, *cache.numpy_views(), *self.weights)
 
 
 class CompiledPass(_CompiledWeights):
@@ -404,9 +398,9 @@ class CompiledPass(_CompiledWeights):
         self.position_table = position_table(fairseq_decoder.embed_positions)
 
     def __call__(self, cache, tokens: Tensor, positions: Optional[Tensor], first_index: Tensor, tree,
-                 rows: Optional[Tensor] = None, lower: Optional[np.ndarray] = None) -> Tensor:
+                 rows: Optional[Tensor] = None) -> Tensor:
         """The decoder output ``[rows, n, d]`` after ``tokens`` ``[rows, n]`` at fairseq ``positions``
-        (``None``: a decoder without), as ``FastDecoder.features`` computes it; ``lower``: ``pass_layers``'."""
+        (``None``: a decoder without), as ``FastDecoder.features`` computes it."""
         decoder = self.decoder
         shape = tokens.shape
         x = self.embed_tokens[tokens.numpy().reshape(-1)] * np.float32(decoder.embed_scale)
@@ -416,8 +410,7 @@ class CompiledPass(_CompiledWeights):
             x += self.position_table[positions.numpy().reshape(-1)]
         if self.embedding_norm is not None:
             x = norm_rows(x, *self.embedding_norm)
-        x = self.layers(cache, x.reshape(*shape, -1), first_index.numpy(), tree, None if rows is None else rows.numpy(),
-                        lower)
+        x = self.layers(cache, x.reshape(*shape, -1), first_index.numpy(), tree, None if rows is None else rows.numpy())
         x = x.reshape(-1, x.shape[-1])
         if self.final_norm is not None:
             x = norm_rows(x, *self.final_norm)
@@ -456,5 +449,4 @@ class CompiledLayers(_CompiledWeights):
 
 
 _NO_TREE = np.zeros((0, 0, 0), dtype=np.bool_)
-NO_LOWER = np.zeros((0, 0, 0), dtype=np.float32)  # ``pass_layers`` keeping no lower layer's output
 _NO_BIAS = np.zeros(vector_kernels.PANEL, dtype=np.float32)

@@ -136,8 +136,7 @@ class DraftVerifyDecoder:
             proposal, tokens = self._pass_tokens(self.drafter.propose(state), state, max_len)
             n = tokens.size(1)
             clock.lap("drafter")
-            scores = verifier.score(cache, tokens, state.lengths, max_len, DraftTree.of(proposal), on_demand=True,
-                                    layers=self.drafter.verifier_layers)
+            scores = verifier.score(cache, tokens, state.lengths, max_len, DraftTree.of(proposal), on_demand=True)
             clock.watch(scores)
             if self.drafter.reads_all_scores:
                 scores.all()

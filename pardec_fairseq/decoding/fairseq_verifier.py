@@ -39,25 +39,22 @@ class FairseqVerifier(Verifier):
         return FairseqVerifierCache(encoder_outs, [{} for _ in range(self.ensemble.models_size)])
 
     def score(self, cache: FairseqVerifierCache, tokens: Tensor, first_index: Tensor, max_len: int,
-              tree=None, on_demand=False, layers=1) -> VerifierScores:
+              tree=None, on_demand=False) -> VerifierScores:
         if tree is not None:  # fairseq's attention takes one mask for every row of the batch
             raise ValueError("drafts with several branches (a tree per row) need --verifier fast: the fairseq "
                              "path masks attention alike for every row")
         steps, positions = self.steps_and_positions(tokens, first_index)
-        lower_layers = self.lower_layers(layers)
-        outputs = [self._features(decoder, tokens, positions, encoder_out, incremental_state,
-                                  lower_layers if model == 0 else 0)
-                   for model, (decoder, encoder_out, incremental_state) in enumerate(zip(
-                       self.decoders, cache.encoder_outs, cache.incremental_states))]
-        return VerifierScores(self, [x for x, _ in outputs], steps, max_len, lower=outputs[0][1])
+        features = [self._features(decoder, tokens, positions, encoder_out, incremental_state)
+                    for decoder, encoder_out, incremental_state in zip(
+                        self.decoders, cache.encoder_outs, cache.incremental_states)]
+        return VerifierScores(self, features, steps, max_len)
 
     def logits(self, model: int, x: Tensor) -> Tensor:
         return self.decoders[model].output_layer(x)
 
     @staticmethod
-    def _features(decoder, tokens, positions, encoder_out, incremental_state, lower_layers=0):
-        """``TransformerDecoderBase.extract_features_scriptable`` for n new tokens at once, and the
-        outputs of the ``lower_layers`` layers before the last, lowest first (``None`` with 0)."""
+    def _features(decoder, tokens, positions, encoder_out, incremental_state):
+        """``TransformerDecoderBase.extract_features_scriptable`` for n new tokens at once."""
         enc, enc_padding = encoder_states(encoder_out)
         x = decoder_input(decoder, tokens, None if decoder.embed_positions is None
                           else embed_positions(decoder.embed_positions, positions))
@@ -67,13 +64,10 @@ class FairseqVerifier(Verifier):
         if n > 1:  # new token j sees the cache and new tokens up to j
             cached = FairseqVerifier._cached_length(decoder, incremental_state)
             self_attn_mask = torch.triu(x.new_full((n, cached + n), -math.inf), diagonal=cached + 1)
-        outputs = []
         for layer in decoder.layers:
-            outputs.append(x)
             x, _, _ = layer(x, enc, enc_padding, incremental_state, self_attn_mask=self_attn_mask,
                             self_attn_padding_mask=None)
-        lower = [output.transpose(0, 1) for output in outputs[len(outputs) - lower_layers:]] if lower_layers else None
-        return decoder_output(decoder, x), lower
+        return decoder_output(decoder, x)
 
     @staticmethod
     def _cached_length(decoder, incremental_state):

@@ -139,20 +139,17 @@ class _Write:
 
 
 def run_layers(layers: List[DecoderLayer], compiled: Optional[CompiledLayers], cache: "FastCache", x: Tensor,
-               first_index: Tensor, tree, rows: Optional[Tensor] = None, lower: Optional[List[Tensor]] = None) -> Tensor:
+               first_index: Tensor, tree, rows: Optional[Tensor] = None) -> Tensor:
     """The layers of a pass over the new tokens' inputs ``x`` ``[rows, n, d]`` of the cache's ``rows``
     (``None``: all): token ``i`` of row ``r`` at buffer column ``first_index[r] + i``, seeing the
     columns before it and, among the new ones, those ``tree.sees`` says (``None``: those up to
-    itself); compiled where ``compiled`` is given, else with ``lower`` receiving the output of each
-    layer before the last."""
+    itself); compiled where ``compiled`` is given."""
     if compiled is not None:
         return compiled(cache, x.contiguous(), first_index, tree, rows)
     write = _Write.plan(first_index, x.size(1), layers[0].heads, layers[0].head_dim, tree)
     cache.reserve(write.columns)
     own = cache if rows is None else cache.of_rows(rows)
     for i, layer in enumerate(layers):
-        if lower is not None and i > 0:
-            lower.append(x)
         x = layer.forward(x, own.buffers[i, 0], own.buffers[i, 1], write, own.enc_keys[i], own.enc_values[i],
                           own.enc_mask)
     if rows is not None:  # the new columns go back (the rest of each copied row is unchanged)

@@ -19,9 +19,7 @@ re-laid too (``fast_encoder``). Decoders this path does not reproduce are named 
 """
 import logging
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
-
-import numpy as np
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -107,16 +105,11 @@ class FastDecoder:
         return FastCache(buffers, enc_keys, enc_values, enc_mask, enc, enc_padding)
 
     def features(self, cache: "FastCache", tokens: Tensor, positions: Optional[Tensor], first_index: Tensor,
-                 tree: Optional[DraftTree] = None, rows: Optional[Tensor] = None,
-                 lower_layers: int = 0) -> Tuple[Tensor, Optional[List[Tensor]]]:
+                 tree: Optional[DraftTree] = None, rows: Optional[Tensor] = None):
         """The decoder output ``[rows, n, d]`` after ``tokens`` ``[rows, n]`` of the cache's ``rows``
-        (``None``: all), and the outputs ``[rows, n, layer width]`` of the ``lower_layers`` layers before
-        the last, lowest first (``None`` with 0)."""
+        (``None``: all)."""
         if self.compiled is not None:
-            lower = np.empty((lower_layers, tokens.numel(), self.decoder.embed_dim), dtype=np.float32) \
-                if lower_layers else None
-            x = self.compiled(cache, tokens, positions, first_index, tree, rows, lower)
-            return x, None if lower is None else list(torch.from_numpy(lower).view(lower_layers, *tokens.shape, -1))
+            return self.compiled(cache, tokens, positions, first_index, tree, rows)
         x = self.embed_scale * F.embedding(tokens, self.embed_tokens)
         if self.project_in is not None:
             x = self.project_in(x)
@@ -125,13 +118,12 @@ class FastDecoder:
             x = x + embed_positions(decoder.embed_positions, positions)
         if decoder.layernorm_embedding is not None:
             x = layer_norm(x, decoder.layernorm_embedding)
-        outputs = [] if lower_layers else None
-        x = run_layers(self.layers, None, cache, x, first_index, tree, rows, outputs)
+        x = run_layers(self.layers, None, cache, x, first_index, tree, rows)
         if decoder.layer_norm is not None:
             x = layer_norm(x, decoder.layer_norm)
         if self.project_out is not None:
             x = self.project_out(x)
-        return x, outputs[len(outputs) - lower_layers:] if lower_layers else None
+        return x
 
     def logits(self, x: Tensor) -> Tensor:
         if self.own_output_layer:
@@ -182,23 +174,19 @@ class FastVerifier(Verifier):
         return None if enc is None else enc.transpose(0, 1), padding
 
     def score(self, cache: FastVerifierCache, tokens: Tensor, first_index: Tensor, max_len: int,
-              tree: Optional[DraftTree] = None, on_demand: bool = False, layers: int = 1) -> VerifierScores:
+              tree: Optional[DraftTree] = None, on_demand: bool = False) -> VerifierScores:
         steps, positions = self.steps_and_positions(tokens, first_index, tree)
 
-        def run(start: int, stop: int, rows: Optional[Tensor] = None, lower_layers: int = 0):
+        def layers(start: int, stop: int, rows: Optional[Tensor] = None) -> List[Tensor]:
             row_tokens, row_positions, row_first = (tokens, positions, first_index) if rows is None else \
                 (tokens[rows], positions[rows], first_index[rows])
             return [decoder.features(model_cache, row_tokens[:, start:stop], None if decoder.decoder.embed_positions
-                                     is None else row_positions[:, start:stop], row_first + start, tree, rows,
-                                     lower_layers if model == 0 else 0)
-                    for model, (decoder, model_cache) in enumerate(zip(self.fast_decoders, cache.caches))]
+                                     is None else row_positions[:, start:stop], row_first + start, tree, rows)
+                    for decoder, model_cache in zip(self.fast_decoders, cache.caches)]
 
-        # a tree's nodes are not in the order acceptance reads them; lower layers are read at every position
-        if on_demand and tree is None and layers == 1:
-            return VerifierScores(self, None, steps, max_len,
-                                  later_layers=lambda start, stop, rows: [x for x, _ in run(start, stop, rows)])
-        outputs = run(0, tokens.size(1), lower_layers=self.lower_layers(layers))
-        return VerifierScores(self, [x for x, _ in outputs], steps, max_len, tree, lower=outputs[0][1])
+        if on_demand and tree is None:  # a tree's nodes are not in the order acceptance reads them
+            return VerifierScores(self, None, steps, max_len, later_layers=layers)
+        return VerifierScores(self, layers(0, tokens.size(1)), steps, max_len, tree)
 
     def logits(self, model: int, x: Tensor) -> Tensor:
         return self.fast_decoders[model].logits(x)

@@ -79,23 +79,14 @@ class Verifier:
         raise NotImplementedError
 
     def score(self, cache, tokens: Tensor, first_index: Tensor, max_len: int,
-              tree: Optional[DraftTree] = None, on_demand: bool = False, layers: int = 1) -> "VerifierScores":
+              tree: Optional[DraftTree] = None, on_demand: bool = False) -> "VerifierScores":
         """Score the positions after each of ``tokens`` ``[rows, n]``, where ``tokens[r, 0]`` sits at
         output index ``first_index[r]`` (BOS = 0) and the cache holds each row's tokens before it;
         each new token follows the one before it, or with ``tree`` its parent. The new tokens enter
         the cache; fairseq's length rules for ``max_len`` apply. With ``on_demand`` a path may run a
         chain's layers only as far as its scores are read: the tokens after every row's first
-        rejected one then never run nor enter the cache. With ``layers`` above 1 the first model's
-        last ``layers`` decoder layers' outputs are kept (``VerifierScores.layer_states``)."""
+        rejected one then never run nor enter the cache."""
         raise NotImplementedError
-
-    def lower_layers(self, layers: int) -> int:
-        """How many layers before the first model's last a pass keeping ``layers`` layer outputs keeps."""
-        decoder_layers = len(self.decoders[0].layers)
-        if not 1 <= layers <= decoder_layers:
-            raise ValueError(f"a drafter reads the outputs of the verifier's last {layers} decoder layers, but the "
-                             f"verifier has {decoder_layers}: use a drafter trained for this verifier")
-        return layers - 1
 
     def rollback(self, cache, valid: Tensor, kept: Tensor, new_columns: int, path: Optional[Tensor] = None):
         """After a pass of ``new_columns`` tokens over ``valid[r]`` cached ones, keep the first
@@ -200,15 +191,11 @@ class VerifierScores:
 
     def __init__(self, verifier: Verifier, features: Optional[List[Tensor]], steps: Tensor, max_len: int,
                  tree: Optional[DraftTree] = None,
-                 later_layers: Optional[Callable[[int, int, Optional[Tensor]], List[Tensor]]] = None,
-                 lower: Optional[List[Tensor]] = None):
+                 later_layers: Optional[Callable[[int, int, Optional[Tensor]], List[Tensor]]] = None):
         """``features``: per model the decoder output ``[rows, n, d]`` of every position of the pass, or
         ``None`` and ``later_layers(start, stop, rows)``, which runs the layers of positions ``start
-        .. stop - 1`` of ``rows`` (``None``: all), each row's call going on from a position it has run;
-        ``lower``: the first model's outputs of layers before the last ``[rows, n, d]``, lowest first
-        (``layer_states``), where the pass kept them."""
+        .. stop - 1`` of ``rows`` (``None``: all), each row's call going on from a position it has run."""
         self.verifier, self.features, self.steps, self.max_len = verifier, features, steps, max_len
-        self.lower = lower
         self.tree = tree  # the pass's tree, None for a chain
         self.positions = steps.size(1)
         self.later_layers = later_layers
@@ -279,19 +266,6 @@ class VerifierScores:
         """``[rows, n, d]``: model ``model``'s decoder output at every position of the pass, before
         the output layer (what drafters that ride on the verifier read)."""
         return self.features_through(self.positions)[model]
-
-    def layer_states(self, layers: int) -> Tensor:
-        """``[rows, n, width]``: the first model's last ``layers`` decoder layers' outputs at every
-        position of the pass, lowest first, the last as ``hidden_states`` (after the final norm): what
-        a draft head reading the verifier's lower layers takes (``--verifier-layers``). The pass must
-        have kept them (``Verifier.score``'s ``layers``)."""
-        final = self.hidden_states(0)
-        if layers == 1:
-            return final
-        if self.lower is None or len(self.lower) < layers - 1:
-            raise ValueError(f"this pass kept fewer than {layers - 1} lower layers' outputs: score it with "
-                             f"layers={layers}")
-        return torch.cat(self.lower[len(self.lower) - layers + 1:] + [final], -1)
 
     def all(self) -> Tensor:
         """Every position of every row, projected once and kept for later calls."""

@@ -13,11 +13,6 @@ has not been through it yet. Slot ``i`` (1..k) predicts ``y_{t+i}``; its input i
 embedding of ``x_t`` fused with ``H_{t-1}`` (zeros at ``t = 0``) plus a learned slot embedding. In
 each layer the slots attend to the prefix states (through the layer's own keys and values), to each
 other, and to the source; training covers every ``t`` of every sentence in one call.
-
-With ``--verifier-layers N`` above 1 the state the head reads of position ``j`` is not ``H_j`` alone
-but a learned linear map of the outputs of the verifier's last ``N`` decoder layers there (the last
-one after the final norm, i.e. ``H_j``), started as ``H_j``: the lower layers still hold what the
-last one has abstracted away for its own next word (EAGLE-3's fused features).
 """
 from typing import List, NamedTuple, Optional, Tuple
 
@@ -77,31 +72,15 @@ class HeadLayer(nn.Module):
 class DraftHead(nn.Module):
     """The head's own weights, given the verifier's sizes."""
 
-    def __init__(self, args, block_size: int, embed_dim: int, dim: int, encoder_dim: int, layer_dim: int):
-        """``dim``: the verifier's decoder output size; ``layer_dim``: its decoder layers' (they differ
-        only where the decoder projects its output)."""
+    def __init__(self, args, block_size: int, embed_dim: int, dim: int, encoder_dim: int):
         super().__init__()
         self.block_size = block_size
-        self.verifier_layers = args.verifier_layers
-        self.read_width = (self.verifier_layers - 1) * layer_dim + dim
-        self.read = None
-        if self.verifier_layers > 1:
-            self.read = nn.Linear(self.read_width, dim)
-            with torch.no_grad():  # started as the last layer's state alone
-                self.read.weight.zero_()
-                self.read.weight[:, -dim:] = torch.eye(dim)
-                self.read.bias.zero_()
         self.fuse = nn.Linear(embed_dim + dim, dim)
         self.slot_embedding = nn.Parameter(torch.randn(block_size, dim) * dim ** -0.5)
         self.layers = nn.ModuleList(HeadLayer(dim, encoder_dim, args.head_attention_heads, args.head_ffn_dim,
                                               args.dropout, args.head_attention_dropout)
                                     for _ in range(args.head_layers))
         self.final_norm = LayerNorm(dim)
-
-    def read_states(self, layer_states: Tensor) -> Tensor:
-        """``[..., d]``: the states the head reads of the verifier's ``[..., read_width]`` layer outputs
-        (``verifier_layer_states``' order)."""
-        return layer_states if self.read is None else self.read(layer_states)
 
     def slots(self, token_embedding: Tensor, last_state: Tensor) -> Tensor:
         """``[rows, n, k, d]`` slot inputs from ``[rows, n, e]`` token embeddings and ``[rows, n, d]`` states."""
@@ -158,21 +137,9 @@ def same_fingerprint(a, b) -> bool:
     return len(a) == len(b) and all(abs(x - y) <= 1e-6 * max(1.0, abs(x), abs(y)) for x, y in zip(a, b))
 
 
-def verifier_layer_states(final_states: Tensor, inner_states: List[Tensor], layers: int) -> Tensor:
-    """``[rows, T, read_width]``: the outputs of the verifier's last ``layers`` decoder layers, lowest
-    first, the last one as ``final_states`` ``[rows, T, d]`` (after the final norm), from fairseq's
-    ``inner_states`` (``[T, rows, d]``: the embeddings, then each layer's output)."""
-    if layers > len(inner_states) - 1:
-        raise ValueError(f"--verifier-layers {layers}: the verifier has {len(inner_states) - 1} decoder layers; "
-                         "read at most that many")
-    lower = [state.transpose(0, 1) for state in inner_states[len(inner_states) - layers:-1]]
-    return torch.cat(lower + [final_states], -1)
-
-
 class VerifierOutputs(NamedTuple):
     """What the head reads of the frozen verifier for a batch: its encoder output ``[rows, src, d]``,
-    the source padding (``None``: none) and its decoder layers' outputs ``[rows, T, read_width]``
-    (``verifier_layer_states``; the final states are the last ``d`` columns)."""
+    the source padding (``None``: none) and its final decoder states ``[rows, T, d]``."""
 
     encoder: Tensor
     padding: Optional[Tensor]
@@ -200,11 +167,6 @@ class DraftHeadModel(BaseFairseqModel):
     def add_args(parser):
         parser.add_argument("--head-layers", type=int, help="layers of the head (1 or 2 are enough)")
         parser.add_argument("--head-attention-heads", type=int, help="attention heads per layer")
-        parser.add_argument("--verifier-layers", type=int,
-                            help="read the outputs of the verifier's last N decoder layers, fused by a learned linear "
-                            "map started as the last one's (1: its final states alone; on LibreOffice 3 of 3 gave "
-                            "1.2-1.8 points of next-token accuracy at equal updates); decoding then keeps N layer "
-                            "outputs of each verified token")
         parser.add_argument("--head-ffn-dim", type=int, help="inner size of each layer's feed-forward block")
         parser.add_argument("--dropout", type=float,
                             help="dropout in the head (default 0: on LibreOffice a head without it learnt more per "
@@ -219,7 +181,8 @@ class DraftHeadModel(BaseFairseqModel):
     def build_model(cls, args, task):
         verifier = task.verifier
         decoder = verifier.decoder
-        head = build_head(args, task.cfg.block_size, verifier)
+        head = DraftHead(args, task.cfg.block_size, decoder.embed_tokens.embedding_dim, decoder.output_embed_dim,
+                         verifier.encoder.embed_tokens.embedding_dim)
         draft_vocab = task.cfg.draft_vocab or 0
         if draft_vocab and has_fairseq_output_layer(decoder, draft_vocab):
             first_words(decoder.output_projection, draft_vocab)  # a number of words the dictionary has
@@ -257,9 +220,7 @@ class DraftHeadModel(BaseFairseqModel):
     def verifier_outputs(self, src_tokens, src_lengths, prev_output_tokens) -> VerifierOutputs:
         """What the head reads of the frozen verifier for a batch."""
         encoder_out = self.verifier.encoder(src_tokens, src_lengths=src_lengths)
-        states, extra = self.verifier.decoder.extract_features(prev_output_tokens, encoder_out=encoder_out)
-        if self.head.verifier_layers > 1:
-            states = verifier_layer_states(states, extra["inner_states"], self.head.verifier_layers)
+        states, _ = self.verifier.decoder.extract_features(prev_output_tokens, encoder_out=encoder_out)
         padding = encoder_out["encoder_padding_mask"][0] if encoder_out["encoder_padding_mask"] else None
         return VerifierOutputs(encoder_out["encoder_out"][0].transpose(0, 1), padding, states)
 
@@ -273,10 +234,9 @@ class DraftHeadModel(BaseFairseqModel):
         (``VerifierMemory``), else computed here."""
         if verifier_outputs is None:
             verifier_outputs = self.verifier_outputs(src_tokens, src_lengths, prev_output_tokens)
-        enc, padding, layer_states = verifier_outputs
+        enc, padding, states = verifier_outputs
         with torch.no_grad():
             token_embedding = self.verifier.decoder.embed_tokens(prev_output_tokens)
-        states = self.head.read_states(layer_states)
         rows, length, _ = states.shape
         k = self.head.block_size
         last_state = F.pad(states[:, :-1], (0, 0, 1, 0))  # H_{t-1}, zeros at t = 0
@@ -286,26 +246,13 @@ class DraftHeadModel(BaseFairseqModel):
         visible = torch.cat([torch.arange(length, device=t.device) < t.unsqueeze(1), t.unsqueeze(1) == t], 1)
         features = self.head(x, self.head.memory_keys_values(states), visible, self.head.encoder_keys_values(enc),
                              source_visible(padding, enc))
-        final_states = layer_states[..., -states.size(-1):]
-        return features.view(rows, length, k, -1), {"verifier_states": final_states}
-
-
-def build_head(args, block_size: int, verifier) -> DraftHead:
-    """A head of ``args``' sizes for ``verifier``."""
-    decoder = verifier.decoder
-    layers = len(decoder.layers)
-    if not 1 <= args.verifier_layers <= layers:
-        raise ValueError(f"--verifier-layers {args.verifier_layers}: the verifier has {layers} decoder layers; read "
-                         "1 to that many")
-    return DraftHead(args, block_size, decoder.embed_tokens.embedding_dim, decoder.output_embed_dim,
-                     verifier.encoder.embed_tokens.embedding_dim, decoder.embed_dim)
+        return features.view(rows, length, k, -1), {"verifier_states": states}
 
 
 @register_model_architecture("draft_head", "draft_head")
 def draft_head_architecture(args):
     args.head_layers = getattr(args, "head_layers", 1)
     args.head_attention_heads = getattr(args, "head_attention_heads", 4)
-    args.verifier_layers = getattr(args, "verifier_layers", 1)
     args.head_ffn_dim = getattr(args, "head_ffn_dim", 1024)
     args.dropout = getattr(args, "dropout", 0.0)
     args.head_attention_dropout = getattr(args, "head_attention_dropout", 0.0)

@@ -28,7 +28,7 @@ class TranslationDraftHeadConfig(TranslationPardecConfig):
     keep_verifier_states: bool = field(default=False, metadata={
         "help": "keep the frozen verifier's encoder output and decoder states of each training sentence in memory "
                 "after its first batch, so that later epochs run the head alone (the verifier's forward was 42% of a "
-                "step on a 2-core CPU); costs (source + target tokens x --verifier-layers) x model width x 4 bytes"})
+                "step on a 2-core CPU); costs (source + target tokens) x model width x 4 bytes"})
 
 
 @register_task("translation_draft_head", dataclass=TranslationDraftHeadConfig)
@@ -74,16 +74,15 @@ class TranslationDraftHeadTask(TranslationPardecTask):
         # sentences may be another split's (seen: the valid set's), so it runs the verifier
         if self.cfg.keep_verifier_states and not ignore_grad:
             net_input = sample["net_input"]
-            net_input["verifier_outputs"] = self.verifier_memory(model.head.read_width).outputs(
+            net_input["verifier_outputs"] = self.verifier_memory().outputs(
                 sample["id"], net_input["src_tokens"], net_input["prev_output_tokens"],
                 lambda: model.verifier_outputs(net_input["src_tokens"], net_input["src_lengths"],
                                                net_input["prev_output_tokens"]))
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
-    def verifier_memory(self, state_width: int) -> VerifierMemory:
-        """The training set's ``VerifierMemory`` of ``state_width`` decoder outputs a token (the head's
-        ``read_width``), made at its first training step (again where an epoch loads another training set:
-        a sentence's id is its index in the epoch's set)."""
+    def verifier_memory(self) -> VerifierMemory:
+        """The training set's ``VerifierMemory``, made at its first training step (again where an epoch loads
+        another training set: a sentence's id is its index in the epoch's set)."""
         dataset = self.dataset(self.cfg.train_subset)
         if self.memory is None or self.memory_of is not dataset:
             if getattr(dataset, "src_sizes", None) is None or getattr(dataset, "tgt_sizes", None) is None:
@@ -91,7 +90,7 @@ class TranslationDraftHeadTask(TranslationPardecTask):
                                  "(fairseq's LanguagePairDataset)")
             self.memory = VerifierMemory(dataset.src_sizes, dataset.tgt_sizes,
                                          self.verifier.encoder.embed_tokens.embedding_dim,
-                                         state_width, self.source_dictionary.pad(),
+                                         self.verifier.decoder.output_embed_dim, self.source_dictionary.pad(),
                                          self.target_dictionary.pad(), "--keep-verifier-states")
             self.memory_of = dataset
         return self.memory

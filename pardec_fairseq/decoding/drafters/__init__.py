@@ -19,8 +19,6 @@ class Drafter:
     reads_all_scores = False
     # whether proposals are trees (several branches per row), which only the fast verifier scores
     drafts_trees = False
-    # how many of the verifier's last decoder layers' outputs ``update`` reads (``layer_states``)
-    verifier_layers = 1
 
     def begin(self, net_input, max_len, encoded=None):
         """``encoded``: the first model's encoder states ``[rows, src, d]`` and source padding

@@ -37,7 +37,6 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
     k, d = slot_embedding.shape
     width = embeddings.shape[1]
     drafted = np.empty((rows, steps * k + leaves), dtype=np.int64)
-    no_lower = np.zeros((0, 0, 0), dtype=np.float32)  # the head's lower layers' outputs are not kept
     best_two = np.empty(2, dtype=np.int64)
     best_two_scores = np.empty(2, dtype=np.float32)
     inputs = np.empty((rows, width + d), dtype=np.float32)
@@ -52,7 +51,7 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
         for r in range(rows):
             for i in range(k):
                 x[r, i] = fused[r] + slot_embedding[i]
-        x = pass_layers(x, first, np.arange(rows), sees, False, no_lower, *cache_views, *layer_weights)
+        x = pass_layers(x, first, np.arange(rows), sees, False, *cache_views, *layer_weights)
         features = norm_rows(x.reshape((rows * k, d)), *final_norm)
         logits = vector_kernels.product(features, *output)
         for j in range(rows * k):
@@ -96,7 +95,6 @@ def _draft_tree(tokens, last_states, embeddings, fuse, slot_embedding, final_nor
     width = embeddings.shape[1]
     capacity = steps * branches
     drafted = np.zeros((rows, capacity), dtype=np.int64)
-    no_lower = np.zeros((0, 0, 0), dtype=np.float32)  # the head's lower layers' outputs are not kept
     parents = np.zeros((rows, capacity), dtype=np.int64)
     counts = np.zeros(rows, dtype=np.int64)
     # by pass position: the path's log-probability, the positions it sees (itself, its ancestors), the
@@ -138,7 +136,7 @@ def _draft_tree(tokens, last_states, embeddings, fuse, slot_embedding, final_nor
         for r in range(rows):
             for i in range(n):
                 x[r, i] = fused[r * n + i] + slot_embedding[0]
-        x = pass_layers(x, columns, np.arange(rows), sees, False, no_lower, *cache_views, *layer_weights)
+        x = pass_layers(x, columns, np.arange(rows), sees, False, *cache_views, *layer_weights)
         out = norm_rows(x.reshape((rows * n, d)), *final_norm)
         logits = vector_kernels.product(out, *output)
         for r in range(rows):

@@ -30,8 +30,9 @@ from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.fast_ops import Norm, Product
 from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, encoder_keys_values, run_layers
 from pardec_fairseq.decoding.proposals import DraftTree, Proposal
-from pardec_fairseq.models.draft_head import (DraftHeadModel, HeadLayer, build_head, draft_head_architecture,
-                                              has_fairseq_output_layer, same_fingerprint, verifier_fingerprint)
+from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, draft_head_architecture,
+                                              has_fairseq_output_layer, same_fingerprint,
+                                              verifier_fingerprint)
 
 
 def relaid(layer: HeadLayer, precision: str = "float32") -> DecoderLayer:
@@ -129,10 +130,7 @@ class DraftHeadDrafter(Drafter):
         # a chain with leaves: chain token j at pass position j + 1 after position j, leaf j beside it
         self.leaf_parents = torch.cat([torch.arange(self.steps), torch.arange(leaves)]) if leaves else None
         self.block_size, self.final_norm = head.block_size, head.final_norm
-        self.verifier_layers = head.verifier_layers
         with torch.no_grad():
-            # the state read of each verified token, from the verifier's last layers (``read_states``)
-            self.read = None if head.read is None else Product.of(head.read, precision=precision)
             self.layers = [relaid(layer, precision) for layer in head.layers]
             self.memory = [Product.of(layer.memory_kv, precision=precision) for layer in head.layers]
             self.fuse, self.slot_embedding = Product.of(head.fuse, precision=precision), head.slot_embedding.detach()
@@ -164,7 +162,8 @@ class DraftHeadDrafter(Drafter):
         args = state["cfg"].model
         draft_head_architecture(args)  # defaults for options added since the head was saved
         decoder = verifier.decoder
-        head = build_head(args, state["cfg"].task.block_size, verifier)
+        head = DraftHead(args, state["cfg"].task.block_size, decoder.embed_tokens.embedding_dim,
+                         decoder.output_embed_dim, verifier.encoder.embed_tokens.embedding_dim)
         model = DraftHeadModel(head, verifier)
         model.load_state_dict(state["model"], strict=True, model_cfg=args)
         parameter = next(verifier.parameters())
@@ -315,8 +314,7 @@ class DraftHeadDrafter(Drafter):
     def update(self, scores, verdict, state):
         """Keep the states of the tokens the pass accepted (the pass's first token and the accepted
         draft), at the row's next columns."""
-        states = scores.hidden_states(0) if self.read is None else \
-            self.read(scores.layer_states(self.verifier_layers))
+        states = scores.hidden_states(0)
         if self.compiled_head is not None:  # a tree's path gathered in the compiled call
             self.compiled_head.remember(self.cache, states.contiguous(), verdict.path, state.lengths, verdict.accepted,
                                         self.last_state)
