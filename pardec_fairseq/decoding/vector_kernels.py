@@ -70,6 +70,12 @@ TILE_ROWS = 4 if LANES == 16 else 5
 STRIPE = PANEL if LANES == 16 else 16
 # how many of a stripe's rows ahead a tile asks for its weights (software prefetch, ``_prefetch_locality``)
 PREFETCH_ROWS = 16
+# how far ahead in each stripe a tile of several rows asks for float32 weights (the verifier's, read from
+# memory each pass): such a tile spends several cycles on each 64-byte row of its stripe, and 16 rows
+# ahead its reads waited on memory. On the Zen 3 VM (2 threads; five 8.5 MB weights in turn, so each
+# comes from memory) 5 rows x (256, 8296) took 1.22-1.60 times one row's time 16 rows ahead, 1.01-1.09
+# times 128 rows (8 KB) ahead; one-row tiles were fastest at 16 rows
+EXACT_ROWS_PREFETCH_BYTES = 8192
 # a byte product's weight levels either side of zero: 2 * 255 * 63 fits the int16 sums of vpmaddubsw
 BYTE_WEIGHT_LARGEST = 63
 
@@ -105,6 +111,13 @@ def _prefetch_locality(rows: int, exact: bool):
     return 3 if rows > 1 else None
 
 
+def _prefetch_rows(rows: int, exact: bool) -> int:
+    """How many of a stripe's rows ahead a tile of ``rows`` asks for its weights."""
+    if exact and rows > 1:
+        return EXACT_ROWS_PREFETCH_BYTES // (4 * STRIPE)
+    return PREFETCH_ROWS
+
+
 def _byte_multiply_add(builder, lanes: int):
     """``multiply_add(x, w, total)`` of int32 lanes each holding 4 bytes: ``total`` plus, per lane, the sum
     of the 4 products of ``x``'s unsigned bytes and ``w``'s signed ones (AVX2's ``vpmaddubsw``, then
@@ -137,9 +150,9 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
     multiplied by the column scales that follow the bias in ``bias``; uint32 ``x`` and ``panels`` hold 4
     bytes each (``byte_quads``, ``pack_bytes``), multiplied and summed in int32 lanes
     (``_byte_multiply_add``), the sums less the corrections that follow the scales, times the scales
-    (``finish_rows`` scales the rows and adds the bias). Tiles ask for their weights ``PREFETCH_ROWS``
-    rows ahead as ``_prefetch_locality`` says. ``lanes``: floats per vector (LLVM splits wider ones;
-    byte tiles need 8, or 16 with AVX-512BW)."""
+    (``finish_rows`` scales the rows and adds the bias). Tiles ask for their weights ahead as
+    ``_prefetch_locality`` and ``_prefetch_rows`` say. ``lanes``: floats per vector (LLVM splits wider
+    ones; byte tiles need 8, or 16 with AVX-512BW)."""
     vectors = columns // lanes
 
     @intrinsic
@@ -235,10 +248,11 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
             prefetch = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
                 "llvm.prefetch.p0i8")
-            locality = _prefetch_locality(rows, exact=not (quads or quantized or widened or pairs))
+            exact = not (quads or quantized or widened or pairs)
+            locality, rows_ahead = _prefetch_locality(rows, exact), _prefetch_rows(rows, exact)
             with cgutils.for_range(builder, depth) as loop:
                 row_offset = builder.mul(loop.index, stripe)
-                ahead = builder.mul(builder.add(loop.index, const(PREFETCH_ROWS)), stripe)
+                ahead = builder.mul(builder.add(loop.index, const(rows_ahead)), stripe)
                 for v in range(vectors):
                     if locality is not None and (v * lanes) % 16 == 0:  # a cache line's first vector
                         address = builder.bitcast(builder.gep(starts[v], [ahead]), ir.IntType(8).as_pointer())
