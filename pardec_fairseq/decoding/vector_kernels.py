@@ -68,13 +68,15 @@ TILE_ROWS = 4 if LANES == 16 else 5
 # 256-byte row in four parts: from memory on a Zen 3 core, 4 rows x (256, 1024) took 120-169 us so,
 # and 71-72 us in stripes (one row: 52-60 us across the panel, 36-44 us in stripes)
 STRIPE = PANEL if LANES == 16 else 16
-# how many of a stripe's rows ahead a tile asks for its weights (software prefetch, ``_prefetch_locality``)
+# how many of a stripe's rows ahead a one-row tile, or a drafter's tile, asks for its weights (software
+# prefetch, ``_prefetch_locality``; float32 tiles of several rows: ``EXACT_ROWS_PREFETCH_BYTES``)
 PREFETCH_ROWS = 16
 # how far ahead in each stripe a tile of several rows asks for float32 weights (the verifier's, mostly
 # read from memory each pass): such a tile spends several cycles on each 64-byte row of its stripe, and
 # 16 rows ahead its reads waited on memory. On the Zen 3 VM (2 threads; five 8.5 MB weights in turn, so
 # each comes from memory) 5 rows x (256, 8296) took 1.22-1.60 times one row's time 16 rows ahead,
-# 1.01-1.09 times 128 rows (8 KB) ahead. One-row tiles keep 16 rows: further ahead slowed greedy's steps
+# 1.01-1.09 times 128 rows (8 KB) ahead (AVX-512's wider stripes, 32 rows, were not measured). One-row
+# tiles keep 16 rows: further ahead slowed greedy's steps
 EXACT_ROWS_PREFETCH_BYTES = 8192
 # a byte product's weight levels either side of zero: 2 * 255 * 63 fits the int16 sums of vpmaddubsw
 BYTE_WEIGHT_LARGEST = 63
