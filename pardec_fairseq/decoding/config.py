@@ -134,7 +134,10 @@ class DecodingConfig(FairseqDataclass):
                   "at batch 1 that projection costs as much as the verifier's own. Lossless: the drafts are "
                   "verified as always. 0: all words; default: a draft head's own (the --draft-vocab it was "
                   "trained with: --task translation_draft_head then scores and trains those words alone), "
-                  "else all"},
+                  "else all. A head trained with EAGLE's feature loss (the one-slot head's default) drafts the "
+                  "words left out of its training too, through the verifier's projection: with 0 it keeps more "
+                  "tokens a pass (LibreOffice En-De: 2.44 against 2.34 for a head trained on 4,096 words), "
+                  "worth it where the projection's bytes cost little; on a 2-core CPU they cost what they save"},
     )
     draft_precision: DRAFT_PRECISION_CHOICES = field(
         default="auto",
