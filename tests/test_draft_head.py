@@ -8,6 +8,7 @@ import subprocess
 from types import SimpleNamespace
 
 import numba
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,7 +21,9 @@ from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
 from pardec_fairseq.decoding.drafters import compiled_head
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter, likeliest_nodes
+from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist
 from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator
+from pardec_fairseq.decoding.config import decoding_config
 from pardec_fairseq.decoding.acceptance import RelaxedAcceptance, in_top_k
 from pardec_fairseq.decoding.engine import DecodingState
 from pardec_fairseq.decoding.observers import LoopObserver
@@ -50,14 +53,15 @@ def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_
        eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
        verifier_path=st.sampled_from(["fast", "fairseq"]), pre_norm=st.booleans(), compiled=st.booleans(),
        draft_vocab=st.sampled_from([0, 3, 9]), precision=st.sampled_from(["float32", "bfloat16", "int8"]),
-       steps=st.sampled_from([None, 1, 2, 3]),
+       steps=st.sampled_from([None, 1, 2, 3]), shortlisted=st.booleans(),
        tree=st.sampled_from([(1, 0.0, 0, 0), (2, 0.0, 0, 0), (3, 0.2, 0, 0), (1, 0.3, 0, 0), (2, 0.0, 3, 0),
                              (1, 0.0, 0, 1), (1, 0.0, 0, 2)]))
 def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size, layers, eos_bias, batch, max_len_b,
                                                                batch_of, verifier_path, pre_norm, compiled,
-                                                               draft_vocab, precision, steps, tree):
+                                                               draft_vocab, precision, steps, shortlisted, tree):
     """``tree``: branches, least path probability, nodes verified and runner-up leaves (at most the steps
-    drafted), for a one-slot head (a tree needs the fast verifier)."""
+    drafted), for a one-slot head (a tree needs the fast verifier); ``shortlisted``: with some first words,
+    a random shortlist."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias,
                                  decoder_normalize_before=pre_norm, encoder_normalize_before=pre_norm)
@@ -68,7 +72,9 @@ def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size,
     verifier_path = "fast" if branches > 1 or leaves else verifier_path
     drafter = DraftHeadDrafter(build_head(verifier, block_size, layers, seed + 1).eval(), draft_vocab=draft_vocab,
                                precision=precision, steps=steps, branches=branches,
-                               least_probability=least_probability, nodes=nodes, leaves=leaves)
+                               least_probability=least_probability, nodes=nodes, leaves=leaves,
+                               shortlist=shortlist_of(dictionary, draft_vocab, seed) if shortlisted and draft_vocab
+                               else None)
     assert drafter.compiled is not None
     if not compiled:  # the head's layers through torch, as on a GPU
         drafter.compiled = drafter.compiled_head = None
@@ -116,21 +122,34 @@ def test_draft_vocab_is_refused_for_a_verifier_with_its_own_output_layer():
         DraftHeadModel.build_model(args, task)
 
 
-@pytest.mark.parametrize("layers, precision, steps, block_size, tree", [
-    (1, "float32", 1, 3, (1, 0.0, 0)), (2, "float32", 1, 3, (1, 0.0, 0)), (2, "bfloat16", 1, 3, (1, 0.0, 0)),
-    (2, "float32", 3, 3, (1, 0.0, 0)), (1, "bfloat16", 2, 3, (1, 0.0, 0)), (1, "int8", 3, 1, (1, 0.0, 0)),
-    (1, "float32", 3, 1, (2, 0.0, 0)), (2, "float32", 4, 1, (3, 0.05, 0)), (1, "float32", 4, 1, (1, 0.1, 0)),
-    (1, "float32", 4, 1, (2, 0.0, 3)), (1, "float32", 3, 1, (1, 0.0, 0, 2)), (1, "int8", 2, 1, (1, 0.0, 0, 2))])
+def shortlist_of(dictionary, first_words, seed=0):
+    """A shortlist of random translations (two per source word, some none) for ``first_words`` first words."""
+    table = np.random.default_rng(seed).integers(-1, len(dictionary), (len(dictionary), 2))
+    return LexicalShortlist(table, np.arange(len(dictionary)), first_words, len(dictionary))
+
+
+@pytest.mark.parametrize("layers, precision, steps, block_size, tree, shortlisted", [
+    (1, "float32", 1, 3, (1, 0.0, 0), False), (2, "float32", 1, 3, (1, 0.0, 0), False),
+    (2, "bfloat16", 1, 3, (1, 0.0, 0), False), (2, "float32", 3, 3, (1, 0.0, 0), False),
+    (1, "bfloat16", 2, 3, (1, 0.0, 0), False), (1, "int8", 3, 1, (1, 0.0, 0), False),
+    (1, "float32", 3, 1, (2, 0.0, 0), False), (2, "float32", 4, 1, (3, 0.05, 0), False),
+    (1, "float32", 4, 1, (1, 0.1, 0), False), (1, "float32", 4, 1, (2, 0.0, 3), False),
+    (1, "float32", 3, 1, (1, 0.0, 0, 2), False), (1, "int8", 2, 1, (1, 0.0, 0, 2), False),
+    (2, "bfloat16", 1, 3, (1, 0.0, 0), True), (1, "int8", 3, 1, (1, 0.0, 0, 2), True),
+    (1, "float32", 3, 1, (3, 0.0, 0), True)])
 @torch.no_grad()
 def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations_do(layers, precision, steps,
-                                                                                   block_size, tree):
+                                                                                   block_size, tree, shortlisted):
     """``tree``: a one-slot head's branches, least path probability, nodes verified (trees and chains of
-    per-row lengths) and runner-up leaves beside a chain."""
+    per-row lengths) and runner-up leaves beside a chain; ``shortlisted``: drafting among the first 9
+    words and a shortlist's."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=2).eval()
     model = build_head(verifier, block_size=block_size, layers=layers, seed=4).eval()
+    shortlist = shortlist_of(dictionary, 9) if shortlisted else None
     compiled, plain = (DraftHeadDrafter(model, precision=precision, steps=steps, branches=tree[0],
-                                        least_probability=tree[1], nodes=tree[2], leaves=(tree + (0,))[3])
+                                        least_probability=tree[1], nodes=tree[2], leaves=(tree + (0,))[3],
+                                        draft_vocab=9 if shortlisted else 0, shortlist=shortlist)
                        for _ in range(2))
     assert compiled.compiled_head is not None
     plain.compiled_head = None
@@ -149,6 +168,9 @@ def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations
         for field in ("tokens", "lengths", "parents"):
             ours, torchs = getattr(drafts[0], field), getattr(drafts[1], field)
             assert (ours is None and torchs is None) or torch.equal(ours, torchs), field
+        if shortlisted:  # the first words and the batch's shortlist's alone
+            words = shortlist.words(batch["net_input"]["src_tokens"])
+            assert torch.isin(drafts[0].tokens, torch.cat([torch.arange(9), torch.from_numpy(words)])).all()
         torch.testing.assert_close(compiled.cache.buffers, plain.cache.buffers)  # what later calls wrote
         states = torch.randn(3, 4, verifier.decoder.output_embed_dim, generator=generator)
         scores = SimpleNamespace(hidden_states=lambda model: states)
@@ -541,12 +563,25 @@ def test_drafting_steps_default_to_three_for_a_one_slot_head_and_steps_and_trees
                                              "grow a tree a token per call: they need a head trained with "
                                              "--block-size 1 and no --refine"):
             DraftHeadDrafter(model.eval(), steps=1, **options)
+    all_words = r"--draft-shortlist adds words to those the head drafts among, the first --draft-vocab \(all\)"
+    with pytest.raises(ValueError, match=all_words):
+        DraftHeadDrafter(build_head(verifier).eval(), shortlist=shortlist_of(dictionary, 9))
+    with pytest.raises(ValueError, match="a shortlist beyond the first 9 of 24 words, for a head drafting among the "
+                                         "first 8 of 24"):
+        DraftHeadDrafter(build_head(verifier).eval(), draft_vocab=8, shortlist=shortlist_of(dictionary, 9))
+    for options, refusal in (({"draft_shortlist": -1}, "--draft-shortlist -1: translations per source word"),
+                             ({"draft_shortlist": 2}, "pass --draft-shortlist-corpus DIR/SPLIT.SRC-TGT"),
+                             ({"draft_shortlist": 2, "draft_shortlist_corpus": "bin/train.a-b", "draft_vocab": 0},
+                              all_words)):
+        with pytest.raises(ValueError, match=refusal):
+            algorithms.draft_shortlist(DecodingConfig(**options), {"cfg": SimpleNamespace(task=SimpleNamespace())},
+                                       dictionary, dictionary)
     monkeypatch.setattr(algorithms, "load_drafter_checkpoint", lambda path: ({}, "block_nat"))
     for options in ({"draft_head_steps": 2}, {"draft_head_branches": 2}, {"draft_head_threshold": 0.1},
-                    {"draft_head_nodes": 3}, {"draft_head_leaves": 1}):
+                    {"draft_head_nodes": 3}, {"draft_head_leaves": 1}, {"draft_shortlist": 3}):
         with pytest.raises(ValueError, match="--draft-head-steps, --draft-head-branches, --draft-head-threshold, "
-                                             "--draft-head-nodes, --draft-head-leaves: --drafter-path nat.pt is a "
-                                             "block_nat drafter, not a draft_head"):
+                                             "--draft-head-nodes, --draft-head-leaves, --draft-shortlist: "
+                                             "--drafter-path nat.pt is a block_nat drafter, not a draft_head"):
             algorithms.generalized_aggressive_decoding(DecodingConfig(drafter_path="nat.pt", **options),
                                                        dictionary, dictionary, [verifier])
 
@@ -631,6 +666,12 @@ def test_a_head_trained_through_fairseq_train_decodes_losslessly(toy_experiment,
         decoding = DecodingConfig(drafter_path=str(toy_head["checkpoint"]), draft_vocab=draft_vocab)
         drafter = build_generator("gad", models, task.target_dictionary, generation, decoding).decoder.drafter
         assert drafter.output_layer.weight.size(1) == words
+    # a shortlist learnt from the task's train split adds words beyond the head's first 16
+    decoding = decoding_config(SimpleNamespace(data=str(toy_experiment["data"]), source_lang="src",
+                                               target_lang="tgt", drafter_path=str(toy_head["checkpoint"]),
+                                               draft_shortlist=2))
+    drafter = build_generator("gad", models, task.target_dictionary, generation, decoding).decoder.drafter
+    assert drafter.shortlist.first_words == 16 and (drafter.shortlist.table >= 16).any()
     del state["cfg"].model.head_attention_dropout  # a head saved before the option existed still loads
     DraftHeadDrafter.from_state(toy_head["checkpoint"], state, task.source_dictionary, task.target_dictionary,
                                 models[0])
@@ -639,7 +680,8 @@ def test_a_head_trained_through_fairseq_train_decodes_losslessly(toy_experiment,
 
     greedy = hypotheses(run_fairseq(*generate, "--beam", 1, "--batch-size", 16))
     assert len(greedy) == 100
-    for batch_size, options in ((1, ()), (16, ()), (16, ("--draft-vocab", 0)), (16, ("--draft-head-steps", 3))):
+    for batch_size, options in ((1, ()), (16, ()), (16, ("--draft-vocab", 0)), (16, ("--draft-head-steps", 3)),
+                                (16, ("--draft-shortlist", 2))):
         gad = run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", toy_head["checkpoint"],
                           "--batch-size", batch_size, *options)
         assert hypotheses(gad) == greedy

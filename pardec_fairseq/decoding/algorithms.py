@@ -7,17 +7,20 @@ heads are; GAD++: the same
 drafters, accepting by top-beta within tau);
 lookahead decoding verifies the n-grams its Jacobi window produced; retrieval drafting continues
 the output as target-side text of a corpus did."""
+from typing import Optional
+
 from pardec_fairseq.decoding.acceptance import build_gad_plus_plus_acceptance
-from pardec_fairseq.decoding.drafters import NoDraft, draft_products_precision
+from pardec_fairseq.decoding.drafters import NoDraft, draft_products_precision, source_to_target
 from pardec_fairseq.decoding.drafters.block_nat import NATBlockDrafter
 from pardec_fairseq.decoding.drafters.blockwise import BlockwiseHeadsDrafter
 from pardec_fairseq.decoding.drafters.checkpoints import load_drafter_checkpoint
-from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter
+from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter, trained_draft_vocab
 from pardec_fairseq.decoding.drafters.input_copy import InputCopyDrafter
 from pardec_fairseq.decoding.drafters.jacobi import JacobiDrafter
 from pardec_fairseq.decoding.drafters.lookahead import LookaheadDrafter
 from pardec_fairseq.decoding.drafters.refinement import draft_refinement
 from pardec_fairseq.decoding.drafters.retrieval import RetrievalDrafter, SuffixIndex
+from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist, nothing_to_add
 from pardec_fairseq.decoding.registry import register_algorithm
 
 
@@ -73,17 +76,35 @@ def generalized_aggressive_decoding(cfg, src_dict, tgt_dict, models):
         return DraftHeadDrafter.from_state(cfg.drafter_path, state, src_dict, tgt_dict, models[0], refinement,
                                            cfg.draft_vocab, draft_products_precision(cfg.draft_precision),
                                            cfg.draft_head_steps, cfg.draft_head_branches, cfg.draft_head_threshold,
-                                           cfg.draft_head_nodes, cfg.draft_head_leaves)
+                                           cfg.draft_head_nodes, cfg.draft_head_leaves,
+                                           draft_shortlist(cfg, state, src_dict, tgt_dict))
     if cfg.draft_head_steps is not None or cfg.draft_head_branches != 1 or cfg.draft_head_threshold != 0 \
-            or cfg.draft_head_nodes != 0 or cfg.draft_head_leaves not in (None, 0):
+            or cfg.draft_head_nodes != 0 or cfg.draft_head_leaves not in (None, 0) or cfg.draft_shortlist:
         raise ValueError(f"--draft-head-steps, --draft-head-branches, --draft-head-threshold, --draft-head-nodes, "
-                         f"--draft-head-leaves: --drafter-path {cfg.drafter_path} is a {arch} drafter, not a "
-                         "draft_head; drop them")
+                         f"--draft-head-leaves, --draft-shortlist: --drafter-path {cfg.drafter_path} is a {arch} "
+                         "drafter, not a draft_head; drop them")
     if refinement is not None:
         raise ValueError("--refine and --refine-drafts choose drafts from the lattice of a drafter's top-k tokens "
                          "per position: bpd's heads or a draft_head (--drafter-path); a block_nat drafter's "
                          "drafts are not refined, so drop them")
     return NATBlockDrafter.from_state(cfg.drafter_path, state, arch, src_dict, tgt_dict, models[0])
+
+
+def draft_shortlist(cfg, state, src_dict, tgt_dict) -> Optional[LexicalShortlist]:
+    """``--draft-shortlist``'s table for the draft head of checkpoint ``state``, or ``None``."""
+    if cfg.draft_shortlist < 0:
+        raise ValueError(f"--draft-shortlist {cfg.draft_shortlist}: translations per source word, 0 (none) or more")
+    if not cfg.draft_shortlist:
+        return None
+    if cfg.draft_shortlist_corpus is None:
+        raise ValueError("--draft-shortlist learns each source word's translations from a parallel corpus: pass "
+                         "--draft-shortlist-corpus DIR/SPLIT.SRC-TGT (the task's data folder has no language pair "
+                         "to find its train split)")
+    first_words = trained_draft_vocab(state) if cfg.draft_vocab is None else cfg.draft_vocab
+    if not first_words:
+        raise ValueError(nothing_to_add(first_words))
+    return LexicalShortlist.for_corpus(cfg.draft_shortlist_corpus, src_dict, tgt_dict,
+                                       source_to_target(src_dict, tgt_dict), first_words, cfg.draft_shortlist)
 
 
 @register_algorithm("lookahead")

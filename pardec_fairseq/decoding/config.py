@@ -194,6 +194,22 @@ class DecodingConfig(FairseqDataclass):
                   "sentence with --verifier fast and exact acceptance (a pass of a few more tokens costs about what "
                   "it does without them there, not in larger batches), else 0"},
     )
+    draft_shortlist: int = field(
+        default=0,
+        metadata={"help": "gad with a draft_head drafting among the first --draft-vocab words: each batch also drafts "
+                  "among the words beyond those that its sources call for, each source word's N likeliest "
+                  "translations (by Dice's coefficient over the sentence pairs of --draft-shortlist-corpus) and "
+                  "itself (as Marian's lexical shortlist). The head's projection then reads a few more columns "
+                  "instead of all words' (LibreOffice En-De, 4,096 of 8,296 words, N = 5: 2.44 tokens a pass "
+                  "against 2.34, as many as among all words, 1.26x plugin greedy against 1.24x on a 2-core CPU); "
+                  "0: none"},
+    )
+    draft_shortlist_corpus: Optional[str] = field(
+        default=None,
+        metadata={"help": "--draft-shortlist: a binarized parallel split as fairseq-preprocess names it, "
+                  "DIR/SPLIT.SRC-TGT (its .SRC and .TGT .bin/.idx, binarized with the model's dictionaries); "
+                  "default: the task's train split"},
+    )
     refine: REFINE_CHOICES = field(
         default="none",
         metadata={"help": "bpd, and gad with a draft_head: how drafts are chosen from the lattice of the heads' "
@@ -240,12 +256,20 @@ def decoding_config(task_cfg) -> DecodingConfig:
     for corpus in ("retrieval_corpus", "refine_corpus"):
         if getattr(cfg, corpus) is None:
             setattr(cfg, corpus, train_target_prefix(task_cfg))
+    if cfg.draft_shortlist_corpus is None:
+        cfg.draft_shortlist_corpus = train_pair_prefix(task_cfg)
     return cfg
+
+
+def train_pair_prefix(task_cfg) -> Optional[str]:
+    """``DATA/train.SRC-TGT`` of a translation task's first data folder, or ``None``."""
+    data, src, tgt = (getattr(task_cfg, name, None) for name in ("data", "source_lang", "target_lang"))
+    if not (data and src and tgt):
+        return None
+    return os.path.join(data.split(os.pathsep)[0], f"train.{src}-{tgt}")
 
 
 def train_target_prefix(task_cfg) -> Optional[str]:
     """``DATA/train.SRC-TGT.TGT`` of a translation task's first data folder, or ``None``."""
-    data, src, tgt = (getattr(task_cfg, name, None) for name in ("data", "source_lang", "target_lang"))
-    if not (data and src and tgt):
-        return None
-    return os.path.join(data.split(os.pathsep)[0], f"train.{src}-{tgt}.{tgt}")
+    pair = train_pair_prefix(task_cfg)
+    return None if pair is None else f"{pair}.{task_cfg.target_lang}"

@@ -19,11 +19,12 @@ from torch import Tensor
 from pardec_fairseq.decoding import vector_kernels
 from pardec_fairseq.decoding.compiled_layers import (CompiledLayers, log_sum_exp, norm_rows, pass_layers, top_words,
                                                      write_keys_values)
+from pardec_fairseq.decoding.drafters.shortlist import ShortlistProjection
 
 
 @numba.njit(cache=True, nogil=True)
-def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, output, first, steps, leaves, sees,
-           cache_views, layer_weights, memory):
+def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, output, column_words, first, steps,
+           leaves, sees, cache_views, layer_weights, memory):
     """Each row's drafted tokens ``[rows, steps * k + leaves]`` and their counts ``[rows]``: ``steps`` calls
     of the head, each drafting the top-1 token of its ``k`` slots, after each row's last token
     ``outputs[r, first[r]]`` (its accepted output so far); then, for a one-slot head, the runner-up word
@@ -31,8 +32,8 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
     token, its last state) + slot_embedding[i]``; after a call, its slots' features stand in for the
     verifier's states not computed yet (their keys and values are written where the verifier's will be,
     the last slot's token and features are the next call's last token and state). ``fuse``/``output``:
-    packed products ``(panels, bias, columns)``; ``final_norm``: ``(weight, bias, eps)``; ``memory`` as
-    ``write_keys_values``'s products."""
+    packed products ``(panels, bias, columns)``, ``column_words`` the word of each of ``output``'s columns;
+    ``final_norm``: ``(weight, bias, eps)``; ``memory`` as ``write_keys_values``'s products."""
     rows = outputs.shape[0]
     k, d = slot_embedding.shape
     width = embeddings.shape[1]
@@ -57,9 +58,9 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
         for j in range(rows * k):
             if step < leaves:  # the top two, the first of equals first (as argmax)
                 top_words(logits[j], best_two, best_two_scores)
-                drafted[j, step], drafted[j, steps + step] = best_two[0], best_two[1]
+                drafted[j, step], drafted[j, steps + step] = column_words[best_two[0]], column_words[best_two[1]]
             else:
-                drafted[j // k, step * k + j % k] = np.argmax(logits[j])
+                drafted[j // k, step * k + j % k] = column_words[np.argmax(logits[j])]
         if step + 1 < steps:
             write_keys_values(features.reshape((rows, k, d)), first, memory, cache_views[0], cache_views[1])
             for r in range(rows):
@@ -79,8 +80,8 @@ def _best_words(logits, tokens, log_probs):
 
 
 @numba.njit(cache=True, nogil=True)
-def _draft_tree(tokens, last_states, embeddings, fuse, slot_embedding, final_norm, output, first, steps, branches,
-                least_log_probability, cache_views, layer_weights, memory):
+def _draft_tree(tokens, last_states, embeddings, fuse, slot_embedding, final_norm, output, column_words, first, steps,
+                branches, least_log_probability, cache_views, layer_weights, memory):
     """A one-slot head's draft tree, a level per call (EAGLE-2's dynamic tree). The first call runs on
     each row's last token (pass position 0, column ``first[r]``); each call's nodes propose their
     ``branches`` likeliest words, and of those the ``branches`` likeliest paths (the product of the
@@ -147,7 +148,7 @@ def _draft_tree(tokens, last_states, embeddings, fuse, slot_embedding, final_nor
                 _best_words(logits[r * n + i], words, word_log_probs)
                 for w in range(branches):
                     c = i * branches + w
-                    candidate_words[c], candidate_parents[c] = words[w], node
+                    candidate_words[c], candidate_parents[c] = column_words[words[w]], node
                     candidate_log_probs[c] = path_log_probs[r, node] + word_log_probs[w]
             # the next level: the likeliest paths at least as likely as the least allowed, best first
             level_first[r], level_count[r] = counts[r] + 1, 0
@@ -213,13 +214,15 @@ def _remember_accepted(states, path, first, accepted, last_states, memory, keys,
 
 class CompiledHead:
     """A ``DraftHeadDrafter``'s weights as the compiled calls read them (its layers, fusion, final
-    norm, draft projection and memory products re-laid by the drafter)."""
+    norm, draft projection and memory products re-laid by the drafter; a ``ShortlistProjection``'s
+    columns and their words as each batch selects them)."""
 
     def __init__(self, layers: CompiledLayers, embeddings: Tensor, fuse, slot_embedding: Tensor, final_norm,
                  output, memory):
         self.layer_weights = layers.weights
         self.embeddings = embeddings.detach().numpy()
-        self.fuse, self.output = fuse.operands, output.operands
+        self.fuse, self.output = fuse.operands, output
+        self.first_words = np.arange(output.operands[2])  # the words of a plain projection's columns
         self.slot_embedding = slot_embedding.detach().numpy()
         self.final_norm = (final_norm.weight.detach().numpy(), final_norm.bias.detach().numpy(),
                            np.float32(final_norm.eps))
@@ -234,8 +237,8 @@ class CompiledHead:
         first = lengths.numpy()
         cache.reserve(int(first.max()) + steps * self.slot_embedding.shape[0])
         drafted, counts = _draft(outputs.numpy(), last_states.numpy(), self.embeddings, self.fuse, self.slot_embedding,
-                                 self.final_norm, self.output, first, steps, leaves, sees.numpy(), cache.numpy_views(),
-                                 self.layer_weights, self.memory)
+                                 self.final_norm, *self.projection(), first, steps, leaves, sees.numpy(),
+                                 cache.numpy_views(), self.layer_weights, self.memory)
         return torch.from_numpy(drafted), torch.from_numpy(counts)
 
     def draft_tree(self, cache, tokens: Tensor, last_states: Tensor, lengths: Tensor, steps: int, branches: int,
@@ -248,10 +251,16 @@ class CompiledHead:
         least = np.float32(np.log(least_probability)) if least_probability > 0 else np.float32(-np.inf)
         words, parents, path_log_probs, counts = _draft_tree(
             tokens.numpy(), last_states.numpy(), self.embeddings, self.fuse, self.slot_embedding, self.final_norm,
-            self.output, lengths.numpy(), steps, branches, least, cache.numpy_views(), self.layer_weights, self.memory)
+            *self.projection(), lengths.numpy(), steps, branches, least, cache.numpy_views(), self.layer_weights,
+            self.memory)
         if 0 < nodes < words.shape[1]:
             words, parents, counts = _likeliest_nodes(words, parents, path_log_probs, counts, nodes)
         return torch.from_numpy(words), torch.from_numpy(parents), torch.from_numpy(counts)
+
+    def projection(self):
+        """The draft projection's operands and the word of each of its columns."""
+        words = self.output.column_words if isinstance(self.output, ShortlistProjection) else self.first_words
+        return self.output.operands, words
 
     def remember(self, cache, states: Tensor, path: Optional[Tensor], lengths: Tensor, accepted: Tensor,
                  last_states: Tensor):

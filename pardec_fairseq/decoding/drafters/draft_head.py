@@ -27,6 +27,7 @@ from pardec_fairseq.decoding.drafters import Drafter, draft_projection
 from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
 from pardec_fairseq.decoding.drafters.compiled_head import CompiledHead
 from pardec_fairseq.decoding.drafters.refinement import Lattice
+from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist, ShortlistProjection, nothing_to_add
 from pardec_fairseq.decoding.fast_ops import Norm, Product
 from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, encoder_keys_values, run_layers
 from pardec_fairseq.decoding.proposals import DraftTree, Proposal
@@ -74,6 +75,11 @@ def likeliest_nodes(tokens, parents, path_log_probs, counts, nodes: int):
     return tokens.gather(1, order), renumbered.gather(1, parents.gather(1, order)), kept
 
 
+def trained_draft_vocab(state) -> int:
+    """The ``--draft-vocab`` a draft head's checkpoint ``state`` was trained with (0: all words)."""
+    return getattr(state["cfg"].task, "draft_vocab", None) or 0
+
+
 class _Layers:
     """What ``compiles`` and ``CompiledLayers`` read of a decoder: its layers."""
 
@@ -84,7 +90,7 @@ class _Layers:
 class DraftHeadDrafter(Drafter):
     def __init__(self, model: DraftHeadModel, refinement=None, draft_vocab: int = 0, precision: str = "float32",
                  steps: Optional[int] = None, branches: int = 1, least_probability: float = 0.0, nodes: int = 0,
-                 leaves: Optional[int] = None):
+                 leaves: Optional[int] = None, shortlist: Optional[LexicalShortlist] = None):
         """Drafts with ``model``'s head re-laid (the model is left as it is); ``refinement``: a
         ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from the slots' top-k
         lattice (``None``: each slot's top-1); ``draft_vocab``: the slots draft among the dictionary's
@@ -96,7 +102,9 @@ class DraftHeadDrafter(Drafter):
         ``leaves`` drafted tokens, its runner-up word is verified as a leaf of a tree (a rejected token's
         runner-up is often the verifier's choice: kept, it and the verifier's next token join the output);
         ``None``: one for a one-slot head's chain, in batches of one sentence where the generator scores
-        trees (``allow_trees``): there a pass of a few more tokens costs what it does without them."""
+        trees (``allow_trees``): there a pass of a few more tokens costs what it does without them;
+        ``shortlist``: each batch also drafts among the words beyond the first ``draft_vocab`` its
+        sources call for (``LexicalShortlist``, built for ``draft_vocab`` first words)."""
         head, self.verifier = model.head, model.verifier
         self.steps = default_steps(head.block_size, refinement is not None) if steps is None else steps
         if self.steps < 1:
@@ -137,6 +145,15 @@ class DraftHeadDrafter(Drafter):
             decoder = self.verifier.decoder
             self.output_layer = draft_projection(decoder, draft_vocab, refinement, precision) \
                 if has_fairseq_output_layer(decoder, draft_vocab) else decoder.output_layer
+            self.shortlist = shortlist
+            if shortlist is not None:
+                if not draft_vocab:
+                    raise ValueError(nothing_to_add(draft_vocab))
+                if (shortlist.first_words, shortlist.target_words) != (draft_vocab, len(decoder.dictionary)):
+                    raise ValueError(f"a shortlist beyond the first {shortlist.first_words} of {shortlist.target_words} "
+                                     f"words, for a head drafting among the first {draft_vocab} of "
+                                     f"{len(decoder.dictionary)}: build it for the head's")
+                self.output_layer = ShortlistProjection(decoder.output_projection, draft_vocab, precision)
         if branches > words or (leaves and words < 2):
             raise ValueError(f"--draft-head-branches {branches}, --draft-head-leaves {leaves}: the head drafts among "
                              f"{words} words; branch at most that many ways (a leaf is a second word)")
@@ -144,15 +161,18 @@ class DraftHeadDrafter(Drafter):
         self.compiled = CompiledLayers(layers) if compiles(layers) else None
         # the whole drafting call compiled, where the draft is each slot's top-1 on the vector kernel
         self.compiled_head = None
-        if self.compiled is not None and isinstance(self.output_layer, Product) and self.output_layer.on_kernel:
+        if self.compiled is not None and isinstance(self.output_layer, (Product, ShortlistProjection)) \
+                and self.output_layer.on_kernel:
             self.compiled_head = CompiledHead(self.compiled, self.verifier.decoder.embed_tokens.weight, self.fuse,
                                               self.slot_embedding, self.final_norm, self.output_layer, self.memory)
 
     @classmethod
     def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=None,
                    precision: str = "float32", steps: Optional[int] = None, branches: int = 1,
-                   least_probability: float = 0.0, nodes: int = 0, leaves: Optional[int] = None):
-        """``draft_vocab``: ``None`` for the words the head was trained to draft among."""
+                   least_probability: float = 0.0, nodes: int = 0, leaves: Optional[int] = None,
+                   shortlist: Optional[LexicalShortlist] = None):
+        """``draft_vocab``: ``None`` for the words the head was trained to draft among
+        (``trained_draft_vocab``)."""
         saved = state.get("task_state", {})
         check_dictionaries(path, saved, src_dict, tgt_dict)
         if not same_fingerprint(saved.get("verifier_fingerprint", []), verifier_fingerprint(verifier)):
@@ -168,9 +188,9 @@ class DraftHeadDrafter(Drafter):
         model.load_state_dict(state["model"], strict=True, model_cfg=args)
         parameter = next(verifier.parameters())
         if draft_vocab is None:
-            draft_vocab = getattr(state["cfg"].task, "draft_vocab", None) or 0
+            draft_vocab = trained_draft_vocab(state)
         return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement, draft_vocab, precision,
-                   steps, branches, least_probability, nodes, leaves)
+                   steps, branches, least_probability, nodes, leaves, shortlist)
 
     def begin(self, net_input, max_len, encoded=None):
         if encoded is None or encoded[0] is None:
@@ -185,6 +205,8 @@ class DraftHeadDrafter(Drafter):
         buffers = enc.new_zeros(len(self.layers), 2, rows, first.heads, max_len + self.steps * k + 2, first.head_dim)
         enc_mask = None if padding is None else padding.view(rows, 1, 1, -1)
         self.cache = FastCache(buffers, enc_keys, enc_values, enc_mask, enc, padding)
+        if self.shortlist is not None:
+            self.output_layer.select(self.shortlist.words(net_input["src_tokens"]))
         self.last_state = enc.new_zeros(rows, self.slot_embedding.size(1))
         self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
         self.batch_leaves = self.leaves if not self.auto_leaves or (self.trees_allowed and rows == 1) else 0

@@ -1,0 +1,151 @@
+"""A lexical shortlist (as Marian's ``--shortlist``) for a drafter that drafts among the target
+dictionary's first words alone: each batch's drafts may also be the words its sources call for.
+
+Why: a draft head projects onto the first ``--draft-vocab`` words (4,096 of LibreOffice En-De's 8,296)
+because on a CPU the projection's bytes cost as much as the verifier's own; but 6.4% of the verifier's
+tokens lie beyond them, never drafted. Drafting among all words kept 2.44 tokens a pass instead of 2.34
+and cost 6.5% more a pass, so no speed. With the 5 words beyond the 4,096 most associated with each
+source word, and the source's own words, the recipe's head kept 2.44 tokens a pass for about 30 more
+columns a call: 1.26x plugin greedy against 1.24x (2026-11-28, Zen 3 VM, stop 56 in
+``docs/results.md``). The words drafted only change speed: the verifier checks every one.
+"""
+import os
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from pardec_fairseq.decoding import vector_kernels
+from pardec_fairseq.decoding.drafters.corpus import corpus_text
+from pardec_fairseq.decoding.fast_ops import Product
+
+
+class LexicalShortlist:
+    """Per source word, the target words beyond the first ``first_words`` that a batch holding it may
+    draft: its ``per_word`` likeliest translations and itself (by symbol; a shared or joined
+    dictionary's source words are often copied). ``table`` ``[source words, per_word]`` (-1: none);
+    ``to_target``: each source word's target id (``source_to_target``)."""
+
+    def __init__(self, table: np.ndarray, to_target: np.ndarray, first_words: int, target_words: int):
+        self.table, self.to_target = table, to_target
+        self.first_words, self.target_words = first_words, target_words
+
+    @classmethod
+    def build(cls, source_text: np.ndarray, target_text: np.ndarray, to_target: np.ndarray, first_words: int,
+              target_words: int, per_word: int, eos=(2, 2), specials: int = 4) -> "LexicalShortlist":
+        """From a parallel corpus, each side one sequence of its sentences each after its ``eos`` (source's,
+        target's; as ``corpus_text`` reads them; source ids below ``specials`` are no words): a source
+        word's likeliest translations are the target words most associated with it by Dice's coefficient
+        over the sentence pairs (twice the pairs holding both against the pairs holding each; of equals
+        the lower id first)."""
+        source_words = len(to_target)
+        src_sentence, src_word = _sentence_words(source_text, eos[0], specials)
+        tgt_sentence, tgt_word = _sentence_words(target_text, eos[1], first_words)
+        # each sentence pair's (source word, target word)s: a target word once per source word of its pair
+        starts = np.searchsorted(src_sentence, tgt_sentence, side="left")
+        counts = np.searchsorted(src_sentence, tgt_sentence, side="right") - starts
+        offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())
+        pairs, together = np.unique(src_word[offsets] * target_words + np.repeat(tgt_word, counts),
+                                    return_counts=True)
+        source, target = pairs // target_words, pairs % target_words
+        dice = 2.0 * together / (np.bincount(src_word, minlength=source_words)[source]
+                                 + np.bincount(tgt_word, minlength=target_words)[target])
+        order = np.lexsort((target, -dice, source))
+        source, target = source[order], target[order]
+        rank = np.arange(source.size) - np.searchsorted(source, source, side="left")
+        kept = rank < per_word
+        table = np.full((source_words, per_word), -1, dtype=np.int64)
+        table[source[kept], rank[kept]] = target[kept]
+        return cls(table, to_target, first_words, target_words)
+
+    @classmethod
+    def for_corpus(cls, prefix: str, src_dict, tgt_dict, to_target: Tensor, first_words: int,
+                   per_word: int) -> "LexicalShortlist":
+        """The shortlist of the binarized parallel split ``DIR/SPLIT.SRC-TGT`` (its ``.SRC`` and ``.TGT``)."""
+        option = "--draft-shortlist-corpus"
+        languages = os.path.basename(prefix).rsplit(".", 1)[-1].split("-")
+        if len(languages) != 2 or "." not in os.path.basename(prefix):
+            raise ValueError(f"{option} {prefix}: name a binarized parallel split as fairseq-preprocess does, "
+                             "DIR/SPLIT.SRC-TGT (such as data-bin/train.en-de)")
+        source = corpus_text(f"{prefix}.{languages[0]}", src_dict, option)
+        target = corpus_text(f"{prefix}.{languages[1]}", tgt_dict, option)
+        if np.count_nonzero(source == src_dict.eos()) != np.count_nonzero(target == tgt_dict.eos()):
+            raise ValueError(f"{option} {prefix}: its two sides hold different numbers of sentences; binarize both "
+                             "sides of one parallel split")
+        return cls.build(source, target, to_target.numpy(), first_words, len(tgt_dict), per_word,
+                         (src_dict.eos(), tgt_dict.eos()), src_dict.nspecial)
+
+    def words(self, src_tokens: Tensor) -> np.ndarray:
+        """The words beyond the first ``first_words`` that ``src_tokens`` ``[rows, length]`` call for, ascending."""
+        present = np.unique(src_tokens.cpu().numpy())
+        words = np.concatenate([self.table[present].ravel(), self.to_target[present]])
+        return np.unique(words[words >= self.first_words])
+
+
+def _sentence_words(text: np.ndarray, eos: int, lowest: int):
+    """Each distinct (sentence, word) of ``text`` (sentences each after an ``eos``) with a word of id
+    ``lowest`` or more, by sentence then word: the sentences' numbers and the words."""
+    sentence = np.cumsum(text == eos) - 1
+    kept = (text != eos) & (text >= lowest)
+    width = int(text.max()) + 1
+    codes = np.unique(sentence[kept].astype(np.int64) * width + text[kept])
+    return codes // width, codes % width
+
+
+def nothing_to_add(draft_vocab: int) -> str:
+    """The refusal of a shortlist for a head drafting among all words."""
+    words = draft_vocab or "all"
+    return (f"--draft-shortlist adds words to those the head drafts among, the first --draft-vocab ({words}) of the "
+            "target dictionary: with all of them there is nothing to add; drop --draft-shortlist or set --draft-vocab")
+
+
+class ShortlistProjection:
+    """A verifier's output projection onto the first ``first_words`` words and, per batch, the words
+    ``select`` names: columns ``[first words | selected words, ascending]`` (so the first of equal
+    scores is the lowest word's, as over the dictionary), ``column_words`` naming each column's word.
+    On the vector kernel all words are packed once; ``select`` copies the selected words' columns
+    after the first words' (a few KB), so a product reads the first words and those alone. Called from
+    torch, it scores all words and hides the unselected ones (``-inf``): where the kernel is not used
+    (a GPU), the bytes a projection reads cost little."""
+
+    def __init__(self, projection: torch.nn.Linear, first_words: int, precision: str = "float32"):
+        """``projection``: the verifier's output layer; ``precision``: ``Product``'s."""
+        bias = None if projection.bias is None else projection.bias.detach()
+        self.all_words = Product(projection.weight.detach().t(), bias, precision)
+        self.first_words = first_words
+        self.on_kernel = self.all_words.on_kernel
+        if self.on_kernel:
+            self.panels, self.panel_bias = self.all_words.panels.copy(), self.all_words.panel_bias.copy()
+        self.select(np.zeros(0, dtype=np.int64))
+
+    def select(self, words: np.ndarray):
+        """Project onto the first words and ``words`` (ascending, all beyond the first) until the next call."""
+        self.column_words = np.concatenate([np.arange(self.first_words), words]).astype(np.int64)
+        self.hidden = None  # the words not drafted, made when torch projects
+        if self.on_kernel:
+            source, library = self.all_words.panels, self.all_words.panel_bias
+            stripe = source.shape[3]
+            columns = np.arange(self.first_words, self.first_words + words.size)
+
+            def where(c):
+                return c // vector_kernels.PANEL, c % vector_kernels.PANEL // stripe, c % stripe
+            to_panel, to_stripe, to_lane = where(columns)
+            from_panel, from_stripe, from_lane = where(words)
+            self.panels[to_panel, to_stripe, :, to_lane] = source[from_panel, from_stripe, :, from_lane]
+            # the bias array's parts (bias, then any scales and corrections), each one padded panel row long
+            parts = library.reshape(-1, source.shape[0] * vector_kernels.PANEL)
+            self.panel_bias.reshape(parts.shape)[:, columns] = parts[:, words]
+
+    @property
+    def operands(self):
+        """``Product.operands`` of the columns."""
+        return self.panels, self.panel_bias, self.column_words.size
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """Logits over all words, ``-inf`` for the words not drafted."""
+        if self.hidden is None:
+            self.hidden = torch.ones(self.all_words.weight.size(1), dtype=torch.bool)
+            self.hidden[torch.from_numpy(self.column_words)] = False
+            self.hidden = self.hidden.to(self.all_words.weight.device)
+        return self.all_words(x).masked_fill(self.hidden, -float("inf"))
+

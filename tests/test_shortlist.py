@@ -1,0 +1,67 @@
+"""The lexical shortlist (``--draft-shortlist``): each source word's translations by Dice's coefficient,
+counted by hand on a tiny corpus, and the projection onto the first words and a batch's shortlist on
+the vector kernel and through torch."""
+import numpy as np
+import pytest
+import torch
+
+from pardec_fairseq.decoding import vector_kernels
+from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist, ShortlistProjection
+from tiny import make_dictionary
+
+
+def tiny_shortlist(per_word):
+    """Three sentence pairs (EOS 2 before each sentence; words below 10 are the first words on the
+    target side): source words {5, 6}, {5, 7}, {6}; target words {12, 4}, {12, 13}, {13}."""
+    source = np.array([2, 5, 6, 2, 5, 7, 2, 6], dtype=np.int32)
+    target = np.array([2, 12, 4, 2, 13, 12, 12, 2, 13], dtype=np.int32)
+    to_target = np.arange(20)
+    to_target[8] = 15  # source word 8 is target word 15
+    return LexicalShortlist.build(source, target, to_target, first_words=10, target_words=20, per_word=per_word)
+
+
+def test_each_source_words_translations_are_its_likeliest_by_dice_over_the_sentence_pairs():
+    # pairs holding both / (pairs holding the source word + pairs holding the target word), times 2:
+    # 5-12: 2 * 2 / (2 + 2) = 1, 5-13: 2 / 4; 6-12, 6-13: 2 / 4 (equals: the lower id first); 7-12, 7-13: 2 / 3
+    one, two = tiny_shortlist(1), tiny_shortlist(2)
+    assert one.table[[5, 6, 7]].tolist() == [[12], [12], [12]]
+    assert two.table[[5, 6, 7]].tolist() == [[12, 13], [12, 13], [12, 13]]
+    assert (one.table[[0, 1, 2, 3, 4, 8, 9]] == -1).all()  # specials and unseen words have none
+    # a batch's words: its source words' translations and the source words beyond the first words themselves
+    assert one.words(torch.tensor([[5, 8, 2], [7, 1, 1]])).tolist() == [12, 15]
+    assert two.words(torch.tensor([[6, 2]])).tolist() == [12, 13]
+    assert one.words(torch.tensor([[9, 4, 2]])).tolist() == []
+
+
+def test_a_shortlist_corpus_is_a_parallel_split_named_as_fairseq_preprocess_names_it(tmp_path):
+    dictionary = make_dictionary(20)
+    with pytest.raises(ValueError, match="name a binarized parallel split as fairseq-preprocess does, "
+                                         "DIR/SPLIT.SRC-TGT"):
+        LexicalShortlist.for_corpus(str(tmp_path / "train"), dictionary, dictionary, torch.arange(20), 10, 2)
+    with pytest.raises(FileNotFoundError, match="found no binarized split .*--draft-shortlist-corpus"):
+        LexicalShortlist.for_corpus(str(tmp_path / "train.en-de"), dictionary, dictionary, torch.arange(20), 10, 2)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("first_words", [70, 128])
+def test_a_shortlist_projection_scores_the_first_words_and_the_selected_ones_alone(precision, first_words):
+    torch.manual_seed(0)
+    projection = torch.nn.Linear(24, 300)
+    shortlisted = ShortlistProjection(projection, first_words, precision)
+    x = torch.randn(3, 24)
+    all_words = shortlisted.all_words(x)
+    for words in (np.array([75, 140, 299]), np.arange(first_words, 300, 3), np.array([201]), np.zeros(0, int)):
+        words = words[words >= first_words]
+        shortlisted.select(words)
+        expected = torch.cat([torch.arange(first_words), torch.from_numpy(words)])
+        assert shortlisted.column_words.tolist() == expected.tolist()
+        # on the kernel, the columns are the first words' and the selected words', each as among all words
+        columns = vector_kernels.product(x.numpy(), *shortlisted.operands)
+        assert columns.shape == (3, expected.numel())
+        torch.testing.assert_close(torch.from_numpy(columns), all_words[:, expected])
+        # through torch, every word's score, the words not drafted hidden
+        logits = shortlisted(x)
+        drafted = torch.zeros(300, dtype=torch.bool)
+        drafted[expected] = True
+        torch.testing.assert_close(logits[:, drafted], all_words[:, drafted])
+        assert torch.isneginf(logits[:, ~drafted]).all()
