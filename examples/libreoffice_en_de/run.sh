@@ -27,7 +27,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 default_algorithms="greedy jacobi gs-jacobi hybrid-jacobi"
 # the draft head's options go to scripts/draft_head_recipe.sh, later ones overriding these
-draft_head=0 head_options=(--head-draft-vocab 4096 --head-algorithms "gad gad:draft-shortlist=5")
+draft_head=0 head_options=(--head-draft-vocab 4096 --head-algorithms "gad gad:draft-vocab=512,draft-shortlist=40")
 gad=0 distill_beam=5 verifier_minutes=20 drafter_minutes=30 block_size=10 context_window=0
 gad_algorithms="gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"
 soft_copy=()

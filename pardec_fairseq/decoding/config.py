@@ -199,10 +199,10 @@ class DecodingConfig(FairseqDataclass):
         metadata={"help": "gad with a draft_head drafting among the first --draft-vocab words: each batch also drafts "
                   "among the words beyond those that its sources call for, each source word's N likeliest "
                   "translations (by Dice's coefficient over the sentence pairs of --draft-shortlist-corpus) and "
-                  "itself (as Marian's lexical shortlist). The head's projection then reads a few more columns "
-                  "instead of all words' (LibreOffice En-De, 4,096 of 8,296 words, N = 5: 2.44 tokens a pass "
-                  "against 2.34, as many as among all words, 1.26x plugin greedy against 1.24x on a 2-core CPU); "
-                  "0: none"},
+                  "itself (as Marian's lexical shortlist). The projection reads those words' columns alone, so a "
+                  "small --draft-vocab pays: on LibreOffice En-De a head trained on 4,096 of 8,296 words kept 2.42 "
+                  "tokens a pass with --draft-vocab 512 --draft-shortlist 40 against 2.34 among its 4,096, 1.31x "
+                  "plugin greedy against 1.22x on a 2-core CPU; 0: none"},
     )
     draft_shortlist_corpus: Optional[str] = field(
         default=None,

@@ -150,9 +150,9 @@ class DraftHeadDrafter(Drafter):
                 if not draft_vocab:
                     raise ValueError(nothing_to_add(draft_vocab))
                 if (shortlist.first_words, shortlist.target_words) != (draft_vocab, len(decoder.dictionary)):
-                    raise ValueError(f"a shortlist beyond the first {shortlist.first_words} of {shortlist.target_words} "
-                                     f"words, for a head drafting among the first {draft_vocab} of "
-                                     f"{len(decoder.dictionary)}: build it for the head's")
+                    raise ValueError(f"a shortlist beyond the first {shortlist.first_words} of "
+                                     f"{shortlist.target_words} words, for a head drafting among the first "
+                                     f"{draft_vocab} of {len(decoder.dictionary)}: build it for the head's")
                 self.output_layer = ShortlistProjection(decoder.output_projection, draft_vocab, precision)
         if branches > words or (leaves and words < 2):
             raise ValueError(f"--draft-head-branches {branches}, --draft-head-leaves {leaves}: the head drafts among "

@@ -4,9 +4,9 @@ dictionary's first words alone: each batch's drafts may also be the words its so
 Why: a draft head projects onto the first ``--draft-vocab`` words (4,096 of LibreOffice En-De's 8,296)
 because on a CPU the projection's bytes cost as much as the verifier's own; but 6.4% of the verifier's
 tokens lie beyond them, never drafted. Drafting among all words kept 2.44 tokens a pass instead of 2.34
-and cost 6.5% more a pass, so no speed. With the 5 words beyond the 4,096 most associated with each
-source word, and the source's own words, the recipe's head kept 2.44 tokens a pass for about 30 more
-columns a call: 1.26x plugin greedy against 1.24x (2026-11-28, Zen 3 VM, stop 56 in
+and cost 6.5% more a pass, so no speed. Drafting among the first 512 words, each source word's 40 most
+associated words and the source's own words, the recipe's head kept 2.42 tokens a pass at a fifth of
+the projection's bytes: 1.31x plugin greedy against 1.22x (2026-11-28, Zen 3 VM, stop 56 in
 ``docs/results.md``). The words drafted only change speed: the verifier checks every one.
 """
 import os
