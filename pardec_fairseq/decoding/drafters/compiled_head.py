@@ -222,7 +222,7 @@ class CompiledHead:
         self.layer_weights = layers.weights
         self.embeddings = embeddings.detach().numpy()
         self.fuse, self.output = fuse.operands, output
-        self.first_words = np.arange(output.operands[2])  # the words of a plain projection's columns
+        self.plain_column_words = np.arange(output.operands[2])  # a projection without a shortlist: column c is word c
         self.slot_embedding = slot_embedding.detach().numpy()
         self.final_norm = (final_norm.weight.detach().numpy(), final_norm.bias.detach().numpy(),
                            np.float32(final_norm.eps))
@@ -259,7 +259,7 @@ class CompiledHead:
 
     def projection(self):
         """The draft projection's operands and the word of each of its columns."""
-        words = self.output.column_words if isinstance(self.output, ShortlistProjection) else self.first_words
+        words = self.output.column_words if isinstance(self.output, ShortlistProjection) else self.plain_column_words
         return self.output.operands, words
 
     def remember(self, cache, states: Tensor, path: Optional[Tensor], lengths: Tensor, accepted: Tensor,
