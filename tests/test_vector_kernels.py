@@ -34,10 +34,11 @@ def test_products_equal_numpy(rows, depth, columns, with_bias, seed):
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * depth ** 0.5)
 
 
-def _tiles_of(rows, columns, lanes):
+def _tiles_of(rows, columns, lanes, byte_dot=None):
     """A product of whole panels through tiles of ``rows`` rows, ``columns`` panel columns and vectors
-    of ``lanes`` floats: the geometries another CPU's kernel may choose."""
-    tile = vector_kernels._tile(rows, columns, lanes)
+    of ``lanes`` floats (byte tiles through VNNI's dot product or not): the geometries another CPU's
+    kernel may choose."""
+    tile = vector_kernels._tile(rows, columns, lanes, byte_dot)
 
     @numba.njit
     def product(x, panels, bias):
@@ -251,18 +252,20 @@ def test_byte_products_do_not_saturate_at_the_extremes(sign):
     np.testing.assert_allclose(out, x @ weight, rtol=1e-6)
 
 
-@needs_byte_products
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6])
-@pytest.mark.parametrize("columns", [16, 32, 64])
-def test_every_byte_tile_geometry_computes_the_product(rows, columns):
-    """AVX2's byte tiles (8 lanes of 4 bytes) over 16-column stripes, as ``_tiles_of`` runs float ones."""
+@pytest.mark.parametrize("columns, lanes, stripe, dot", [(16, 8, 16, False), (32, 8, 16, False), (64, 8, 16, False),
+                                                         (64, 16, 64, False), (64, 16, 64, True)])
+def test_every_byte_tile_geometry_computes_the_product(rows, columns, lanes, stripe, dot):
+    """AVX2's byte tiles (8 lanes of 4 bytes) over 16-column stripes, as ``_tiles_of`` runs float ones, and
+    AVX-512's (16 lanes, whole panels) through ``vpmaddubsw`` or VNNI's ``vpdpbusd``: each where the CPU has
+    its instructions."""
+    needed = "avx512vnni" if dot else "avx512bw" if lanes == 16 else "avx2"
+    if not vector_kernels._host_has(needed):
+        pytest.skip(f"this CPU has no {needed}")
     x, weight, bias = random_operands(rows * columns, rows, 37, 128, True)
-    panels, bias_scales_corrections = vector_kernels.pack_bytes(weight, bias)
+    panels, bias_scales_corrections = vector_kernels.pack_bytes(weight, bias, stripe)
     quads, row_scales = vector_kernels.byte_quads(x)
-    if panels.shape[1] * panels.shape[3] != vector_kernels.PANEL or panels.shape[3] != 16:
-        pytest.skip("this CPU's stripes are not AVX2's")
-    out = _tiles_of(rows, columns, 8)(quads, panels, bias_scales_corrections)
-    out = out * row_scales[:, None] + bias
+    out = _tiles_of(rows, columns, lanes, dot)(quads, panels, bias_scales_corrections) * row_scales[:, None] + bias
     values, scales = vector_kernels.int8_columns(weight, vector_kernels.BYTE_WEIGHT_LARGEST)
     expected = rounded_rows(x) @ (values.astype(np.float64) * scales) + bias
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * 37 ** 0.5)

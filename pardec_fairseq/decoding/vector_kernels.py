@@ -120,14 +120,19 @@ def _prefetch_rows(rows: int, exact: bool) -> int:
     return PREFETCH_ROWS
 
 
-def _byte_multiply_add(builder, lanes: int):
+def _byte_multiply_add(builder, lanes: int, dot: bool):
     """``multiply_add(x, w, total)`` of int32 lanes each holding 4 bytes: ``total`` plus, per lane, the sum
     of the 4 products of ``x``'s unsigned bytes and ``w``'s signed ones (AVX2's ``vpmaddubsw``, then
-    ``vpmaddwd`` by ones; AVX-512BW's with 16 lanes). ``vpmaddubsw`` saturates a pair's sum to int16:
-    ``pack_bytes`` keeps weights within 63 so that 2 * 255 * 63 fits."""
-    width = {8: ("avx2", "pmadd.ub.sw", "pmadd.wd"), 16: ("avx512", "pmaddubs.w.512", "pmaddw.d.512")}[lanes]
+    ``vpmaddwd`` by ones; AVX-512BW's with 16 lanes; with AVX-512 VNNI one ``vpdpbusd``, which does both
+    and the addition in one instruction, where ``dot``). ``vpmaddubsw`` saturates a pair's sum to int16: ``pack_bytes``
+    keeps weights within 63 so that 2 * 255 * 63 fits, and the sums are the same on either path."""
     words, shorts = ir.VectorType(ir.IntType(32), lanes), ir.VectorType(ir.IntType(16), 2 * lanes)
     octets = ir.VectorType(ir.IntType(8), 4 * lanes)
+    if dot:
+        dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(words, [words] * 3),
+                                             "llvm.x86.avx512.vpdpbusd.512")
+        return lambda x, w, total: builder.call(dot, [total, x, w])
+    width = {8: ("avx2", "pmadd.ub.sw", "pmadd.wd"), 16: ("avx512", "pmaddubs.w.512", "pmaddw.d.512")}[lanes]
     pair_sums = cgutils.get_or_insert_function(builder.module, ir.FunctionType(shorts, [octets, octets]),
                                                f"llvm.x86.{width[0]}.{width[1]}")
     quad_sums = cgutils.get_or_insert_function(builder.module, ir.FunctionType(words, [shorts, shorts]),
@@ -140,7 +145,7 @@ def _byte_multiply_add(builder, lanes: int):
     return multiply_add
 
 
-def _tile(rows: int, columns: int, lanes: int = LANES):
+def _tile(rows: int, columns: int, lanes: int = LANES, byte_dot: bool = None):
     """An intrinsic ``tile(x, r0, panels, p, q, bias, out, o0, c0)``: ``out[o0:o0+rows,
     c0+q:c0+q+columns] = x[r0:r0+rows] @ (columns q:q+columns of panel p) + bias[64p+q:64p+q+columns]``,
     all C-contiguous, ``out`` with at least 64 columns from ``c0``, ``panels`` as ``pack`` lays them
@@ -154,7 +159,10 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
     (``_byte_multiply_add``), the sums less the corrections that follow the scales, times the scales
     (``finish_rows`` scales the rows and adds the bias). Tiles ask for their weights ahead as
     ``_prefetch_locality`` and ``_prefetch_rows`` say. ``lanes``: floats per vector (LLVM splits wider
-    ones; byte tiles need 8, or 16 with AVX-512BW)."""
+    ones; byte tiles need 8, or 16 with AVX-512BW); ``byte_dot``: byte tiles through AVX-512 VNNI's dot
+    product (16 lanes; by default where the CPU has it)."""
+    if byte_dot is None:
+        byte_dot = lanes == 16 and _host_has("avx512vnni")
     vectors = columns // lanes
 
     @intrinsic
@@ -186,7 +194,7 @@ def _tile(rows: int, columns: int, lanes: int = LANES):
             # byte quads sum in int32 lanes, everything else in float32 ones
             accumulated = ir.VectorType(i32, lanes) if quads else vector
             if quads:
-                multiply_add = _byte_multiply_add(builder, lanes)
+                multiply_add = _byte_multiply_add(builder, lanes, byte_dot)
             elif pairs:
                 bfloats = ir.VectorType(_BFloat(), 2 * lanes)
                 dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector, bfloats, bfloats]),
@@ -505,7 +513,7 @@ def pack_int8(weight: np.ndarray, bias=None):
         np.concatenate([pack_bias(bias, columns), pack_bias(scales, columns)])
 
 
-def pack_bytes(weight: np.ndarray, bias=None):
+def pack_bytes(weight: np.ndarray, bias=None, stripe: int = STRIPE):
     """An ``(in, out)`` float32 weight for byte products: rounded per output column to 127 levels (the
     column's largest magnitude maps to 63, so that ``vpmaddubsw``'s pair sums cannot saturate), each
     column's 4 consecutive inputs in one uint32, laid out as ``pack`` lays floats (``[panels, 64 /
@@ -518,7 +526,7 @@ def pack_bytes(weight: np.ndarray, bias=None):
     quads = -(-depth // 4)
     # ``pack``'s layout of the inputs padded to whole quads, then each column's 4 inputs side by side:
     # [panels, stripes, quads, 4, stripe] -> [panels, stripes, quads, stripe, 4]
-    packed = pack(np.pad(values, ((0, 4 * quads - depth), (0, 0))).astype(np.float32)).astype(np.int8)
+    packed = pack(np.pad(values, ((0, 4 * quads - depth), (0, 0))).astype(np.float32), stripe).astype(np.int8)
     panels, stripes, _, stripe = packed.shape
     laid = packed.reshape(panels, stripes, quads, 4, stripe).transpose(0, 1, 2, 4, 3)
     corrections = np.float32(128) * values.astype(np.float32).sum(axis=0)
