@@ -33,6 +33,21 @@ def test_each_source_words_translations_are_its_likeliest_by_dice_over_the_sente
     assert one.words(torch.tensor([[9, 4, 2]])).tolist() == []
 
 
+@pytest.mark.parametrize("block", [1, 7, 100])
+def test_counting_the_pairs_in_blocks_gives_the_table_of_counting_them_at_once(block):
+    """A corpus counted a few (source word, target word)s at a time, as a large one is, ranks alike."""
+    generator = np.random.default_rng(block)
+
+    def corpus(words):  # 40 sentences of 0-6 words, each after EOS (2)
+        return np.concatenate([np.concatenate([[2], generator.integers(4, words, generator.integers(0, 7))])
+                               for _ in range(40)]).astype(np.int32)
+    source, target = corpus(30), corpus(25)
+    once, blocks = (LexicalShortlist.build(source, target, np.arange(30), first_words=8, target_words=25, per_word=4,
+                                           block=size) for size in (1 << 24, block))
+    assert (once.table >= 0).sum() > 40
+    np.testing.assert_array_equal(blocks.table, once.table)
+
+
 def test_a_shortlist_corpus_is_a_parallel_split_named_as_fairseq_preprocess_names_it(tmp_path):
     dictionary = make_dictionary(20)
     with pytest.raises(ValueError, match="name a binarized parallel split as fairseq-preprocess does, "

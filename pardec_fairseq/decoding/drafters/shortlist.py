@@ -32,21 +32,18 @@ class LexicalShortlist:
 
     @classmethod
     def build(cls, source_text: np.ndarray, target_text: np.ndarray, to_target: np.ndarray, first_words: int,
-              target_words: int, per_word: int, eos=(2, 2), specials: int = 4) -> "LexicalShortlist":
+              target_words: int, per_word: int, eos=(2, 2), specials: int = 4,
+              block: int = 1 << 24) -> "LexicalShortlist":
         """From a parallel corpus, each side one sequence of its sentences each after its ``eos`` (source's,
         target's; as ``corpus_text`` reads them; source ids below ``specials`` are no words): a source
         word's likeliest translations are the target words most associated with it by Dice's coefficient
         over the sentence pairs (twice the pairs holding both against the pairs holding each; of equals
-        the lower id first)."""
+        the lower id first). The pairs are counted ``block`` (source word, target word)s at a time, so that
+        a large corpus needs memory for its distinct pairs, not for every sentence's."""
         source_words = len(to_target)
         src_sentence, src_word = _sentence_words(source_text, eos[0], specials)
         tgt_sentence, tgt_word = _sentence_words(target_text, eos[1], first_words)
-        # each sentence pair's (source word, target word)s: a target word once per source word of its pair
-        starts = np.searchsorted(src_sentence, tgt_sentence, side="left")
-        counts = np.searchsorted(src_sentence, tgt_sentence, side="right") - starts
-        offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())
-        pairs, together = np.unique(src_word[offsets] * target_words + np.repeat(tgt_word, counts),
-                                    return_counts=True)
+        pairs, together = _pair_counts(src_sentence, src_word, tgt_sentence, tgt_word, target_words, block)
         source, target = pairs // target_words, pairs % target_words
         dice = 2.0 * together / (np.bincount(src_word, minlength=source_words)[source]
                                  + np.bincount(tgt_word, minlength=target_words)[target])
@@ -80,6 +77,28 @@ class LexicalShortlist:
         present = np.unique(src_tokens.cpu().numpy())
         words = np.concatenate([self.table[present].ravel(), self.to_target[present]])
         return np.unique(words[words >= self.first_words])
+
+
+def _pair_counts(src_sentence, src_word, tgt_sentence, tgt_word, target_words: int, block: int):
+    """Each (source word, target word) held by a sentence pair, as ``source * target_words + target``, ascending,
+    and the number of pairs holding it; from ``_sentence_words`` of both sides, ``block`` pairs at a time."""
+    # a target word of a sentence pairs with each source word of its sentence (``counts`` of them from ``starts``)
+    starts = np.searchsorted(src_sentence, tgt_sentence, side="left")
+    counts = np.searchsorted(src_sentence, tgt_sentence, side="right") - starts
+    ends = np.cumsum(counts)
+    edges = np.concatenate([[0], np.searchsorted(ends, np.arange(block, ends[-1] if ends.size else 0, block)),
+                            [counts.size]])
+    codes, totals = [], []
+    for a, b in zip(edges[:-1], edges[1:]):
+        part = counts[a:b]
+        offsets = np.repeat(starts[a:b] - (np.cumsum(part) - part), part) + np.arange(part.sum())
+        code, total = np.unique(src_word[offsets] * target_words + np.repeat(tgt_word[a:b], part), return_counts=True)
+        codes.append(code)
+        totals.append(total)
+    if len(codes) == 1:
+        return codes[0], totals[0]
+    code, where = np.unique(np.concatenate(codes), return_inverse=True)
+    return code, np.bincount(where, weights=np.concatenate(totals)).astype(np.int64)
 
 
 def _sentence_words(text: np.ndarray, eos: int, lowest: int):
