@@ -11,6 +11,7 @@ the projection's bytes: 1.31x plugin greedy against 1.22x (2026-11-28, Zen 3 VM,
 """
 import os
 
+import numba
 import numpy as np
 import torch
 from torch import Tensor
@@ -73,10 +74,24 @@ class LexicalShortlist:
                          (src_dict.eos(), tgt_dict.eos()), src_dict.nspecial)
 
     def words(self, src_tokens: Tensor) -> np.ndarray:
-        """The words beyond the first ``first_words`` that ``src_tokens`` ``[rows, length]`` call for, ascending."""
-        present = np.unique(src_tokens.cpu().numpy())
-        words = np.concatenate([self.table[present].ravel(), self.to_target[present]])
-        return np.unique(words[words >= self.first_words])
+        """The words beyond the first ``first_words`` that ``src_tokens`` ``[rows, length]`` call for, ascending
+        (one compiled call: numpy's took 0.11 ms a sentence on a Zen 4 VM)."""
+        return _called_for(src_tokens.cpu().numpy().astype(np.int64, copy=False), self.table, self.to_target,
+                           self.first_words, self.target_words)
+
+
+@numba.njit(cache=True, nogil=True)
+def _called_for(src_tokens, table, to_target, first_words, target_words):
+    """``LexicalShortlist.words`` of a numpy ``src_tokens`` (ids outside the table call for nothing)."""
+    marked = np.zeros(target_words, dtype=np.bool_)
+    for token in src_tokens.ravel():
+        if 0 <= token < table.shape[0]:
+            for word in table[token]:
+                if word >= first_words:
+                    marked[word] = True
+            if to_target[token] >= first_words:
+                marked[to_target[token]] = True
+    return np.nonzero(marked)[0].astype(np.int64)
 
 
 def _pair_counts(src_sentence, src_word, tgt_sentence, tgt_word, target_words: int, block: int):
@@ -99,6 +114,23 @@ def _pair_counts(src_sentence, src_word, tgt_sentence, tgt_word, target_words: i
         return codes[0], totals[0]
     code, where = np.unique(np.concatenate(codes), return_inverse=True)
     return code, np.bincount(where, weights=np.concatenate(totals)).astype(np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _copy_columns(word_columns, panel_bias, to_panels, to_bias, words, first_column):
+    """Word ``words[i]``'s column (``word_columns[words[i]]``) and its entry in each part of ``panel_bias``
+    (bias, then any scales and corrections, each a padded panel row long) into column ``first_column + i``
+    of packed ``to_panels`` (``[panels, stripes, in, stripe]``) and of ``to_bias`` (one compiled call:
+    numpy's fancy indexing over the panels took 0.17 ms a sentence on a Zen 4 VM)."""
+    stripe = to_panels.shape[3]
+    width = word_columns.shape[0]
+    for i in range(words.size):
+        source, target = words[i], first_column + i
+        for part in range(panel_bias.size // width):
+            to_bias[part * width + target] = panel_bias[part * width + source]
+        q, t, lane = target // vector_kernels.PANEL, target % vector_kernels.PANEL // stripe, target % stripe
+        for depth in range(word_columns.shape[1]):
+            to_panels[q, t, depth, lane] = word_columns[source, depth]
 
 
 def _sentence_words(text: np.ndarray, eos: int, lowest: int):
@@ -135,6 +167,10 @@ class ShortlistProjection:
         self.on_kernel = self.all_words.on_kernel
         if self.on_kernel:
             self.panels, self.panel_bias = self.all_words.panels.copy(), self.all_words.panel_bias.copy()
+            # each word's column in one row ([words, in]): gathering a batch's columns from the panels read
+            # a cache line per word and input, 0.1 ms a sentence from L3
+            panels = self.all_words.panels
+            self.word_columns = np.ascontiguousarray(panels.transpose(0, 1, 3, 2)).reshape(-1, panels.shape[2])
         self.select(np.zeros(0, dtype=np.int64))
 
     def select(self, words: np.ndarray):
@@ -142,18 +178,8 @@ class ShortlistProjection:
         self.column_words = np.concatenate([np.arange(self.first_words), words]).astype(np.int64)
         self.hidden = None  # the words not drafted, made when torch projects
         if self.on_kernel:
-            source, library = self.all_words.panels, self.all_words.panel_bias
-            stripe = source.shape[3]
-            columns = np.arange(self.first_words, self.first_words + words.size)
-
-            def where(c):
-                return c // vector_kernels.PANEL, c % vector_kernels.PANEL // stripe, c % stripe
-            to_panel, to_stripe, to_lane = where(columns)
-            from_panel, from_stripe, from_lane = where(words)
-            self.panels[to_panel, to_stripe, :, to_lane] = source[from_panel, from_stripe, :, from_lane]
-            # the bias array's parts (bias, then any scales and corrections), each one padded panel row long
-            parts = library.reshape(-1, source.shape[0] * vector_kernels.PANEL)
-            self.panel_bias.reshape(parts.shape)[:, columns] = parts[:, words]
+            _copy_columns(self.word_columns, self.all_words.panel_bias, self.panels, self.panel_bias, words,
+                          self.first_words)
 
     @property
     def operands(self):
