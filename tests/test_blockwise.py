@@ -338,8 +338,9 @@ def test_draft_precision_sets_the_kind_of_the_heads_products(precision):
     assert {product.panels.dtype for product in (drafter.fc1, drafter.fc2, drafter.output)} == {np.dtype(expected)}
 
 
-@pytest.mark.parametrize("byte_products, bfloat16_dot, expected", [(True, False, "int8"), (True, True, "int8"),
-                                                                  (False, True, "bfloat16"), (False, False, "bfloat16")])
+@pytest.mark.parametrize("byte_products, bfloat16_dot, expected",
+                         [(True, False, "int8"), (True, True, "int8"), (False, True, "bfloat16"),
+                          (False, False, "bfloat16")])
 def test_auto_draft_precision_follows_the_cpu(monkeypatch, byte_products, bfloat16_dot, expected):
     """The fastest measured: int8's byte products on AVX2 (Zen 3) and with AVX-512 VNNI beside the bfloat16 dot
     product (Zen 4); bfloat16 where the CPU multiplies no bytes."""

@@ -29,6 +29,8 @@ the Zen 3 VM (2 threads, weights in cache) one row of a (256, 4096) weight took 
 the int8 weight converted to float32 in registers and 49 in float32; the draft head's three steps
 a pass 347 us against 648.
 """
+from typing import Optional
+
 import numba
 import numpy as np
 import torch
@@ -123,15 +125,15 @@ def _prefetch_rows(rows: int, exact: bool) -> int:
 def _byte_multiply_add(builder, lanes: int, dot: bool):
     """``multiply_add(x, w, total)`` of int32 lanes each holding 4 bytes: ``total`` plus, per lane, the sum
     of the 4 products of ``x``'s unsigned bytes and ``w``'s signed ones (AVX2's ``vpmaddubsw``, then
-    ``vpmaddwd`` by ones; AVX-512BW's with 16 lanes; with AVX-512 VNNI one ``vpdpbusd``, which does both
-    and the addition in one instruction, where ``dot``). ``vpmaddubsw`` saturates a pair's sum to int16: ``pack_bytes``
-    keeps weights within 63 so that 2 * 255 * 63 fits, and the sums are the same on either path."""
+    ``vpmaddwd`` by ones; AVX-512BW's with 16 lanes; where ``dot``, AVX-512 VNNI's ``vpdpbusd``, which
+    does both and the addition in one instruction). ``vpmaddubsw`` saturates a pair's sum to int16:
+    ``pack_bytes`` keeps weights within 63 so that 2 * 255 * 63 fits, and the sums are the same either way."""
     words, shorts = ir.VectorType(ir.IntType(32), lanes), ir.VectorType(ir.IntType(16), 2 * lanes)
     octets = ir.VectorType(ir.IntType(8), 4 * lanes)
     if dot:
-        dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(words, [words] * 3),
-                                             "llvm.x86.avx512.vpdpbusd.512")
-        return lambda x, w, total: builder.call(dot, [total, x, w])
+        quad_dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(words, [words] * 3),
+                                                  "llvm.x86.avx512.vpdpbusd.512")
+        return lambda x, w, total: builder.call(quad_dot, [total, x, w])
     width = {8: ("avx2", "pmadd.ub.sw", "pmadd.wd"), 16: ("avx512", "pmaddubs.w.512", "pmaddw.d.512")}[lanes]
     pair_sums = cgutils.get_or_insert_function(builder.module, ir.FunctionType(shorts, [octets, octets]),
                                                f"llvm.x86.{width[0]}.{width[1]}")
@@ -145,7 +147,7 @@ def _byte_multiply_add(builder, lanes: int, dot: bool):
     return multiply_add
 
 
-def _tile(rows: int, columns: int, lanes: int = LANES, byte_dot: bool = None):
+def _tile(rows: int, columns: int, lanes: int = LANES, byte_dot: Optional[bool] = None):
     """An intrinsic ``tile(x, r0, panels, p, q, bias, out, o0, c0)``: ``out[o0:o0+rows,
     c0+q:c0+q+columns] = x[r0:r0+rows] @ (columns q:q+columns of panel p) + bias[64p+q:64p+q+columns]``,
     all C-contiguous, ``out`` with at least 64 columns from ``c0``, ``panels`` as ``pack`` lays them
