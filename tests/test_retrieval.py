@@ -6,7 +6,6 @@ import os
 import numpy as np
 import pytest
 import torch
-from fairseq.data import indexed_dataset
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +13,7 @@ from pardec_fairseq.decoding.acceptance import ExactAcceptance
 from pardec_fairseq.decoding.drafters.retrieval import RetrievalDrafter, SuffixIndex
 from test_engine import run_engine
 from test_lossless_matches_fairseq import assert_same_hypotheses, fairseq_beam_one
-from tiny import build_transformer, make_batch, make_dictionary
+from tiny import build_transformer, make_batch, make_dictionary, write_split
 
 EOS, PAD = 2, 1
 
@@ -116,13 +115,6 @@ def test_a_corpus_holding_the_output_drafts_all_of_it(seed, depth, source):
     actual, stats = run_engine([model], dictionary, collated, drafter, ExactAcceptance(), max_len_b=20)
     assert_same_hypotheses(expected, actual)
     assert stats.iterations == math.ceil(len(output) / (depth + 1))
-
-
-def write_split(prefix, sentences):
-    builder = indexed_dataset.make_builder(f"{prefix}.bin", impl="mmap", vocab_size=20)
-    for sentence in sentences:
-        builder.add_item(torch.tensor(sentence + [EOS], dtype=torch.int32))
-    builder.finalize(f"{prefix}.idx")
 
 
 def test_the_corpus_index_is_cached_beside_the_split_and_rebuilt_when_it_changes(tmp_path):

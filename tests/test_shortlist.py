@@ -1,13 +1,15 @@
 """The lexical shortlist (``--draft-shortlist``): each source word's translations by Dice's coefficient,
 counted by hand on a tiny corpus, and the projection onto the first words and a batch's shortlist on
 the vector kernel and through torch."""
+import os
+
 import numpy as np
 import pytest
 import torch
 
 from pardec_fairseq.decoding import vector_kernels
 from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist, ShortlistProjection
-from tiny import make_dictionary
+from tiny import make_dictionary, write_split
 
 
 def tiny_shortlist(per_word):
@@ -55,6 +57,42 @@ def test_a_shortlist_corpus_is_a_parallel_split_named_as_fairseq_preprocess_name
         LexicalShortlist.for_corpus(str(tmp_path / "train"), dictionary, dictionary, torch.arange(20), 10, 2)
     with pytest.raises(FileNotFoundError, match="found no binarized split .*--draft-shortlist-corpus"):
         LexicalShortlist.for_corpus(str(tmp_path / "train.en-de"), dictionary, dictionary, torch.arange(20), 10, 2)
+
+
+def test_the_shortlist_is_cached_beside_the_split_and_rebuilt_when_a_side_changes(tmp_path, monkeypatch):
+    dictionary = make_dictionary(20)
+    prefix = str(tmp_path / "train.en-de")
+    write_split(f"{prefix}.en", [[5, 6], [5, 7], [6]])  # the pairs of ``tiny_shortlist``
+    write_split(f"{prefix}.de", [[12, 4], [13, 12, 12], [13]])
+
+    def shortlist(per_word=1):
+        return LexicalShortlist.for_corpus(prefix, dictionary, dictionary, torch.arange(20), 10, per_word)
+    built = shortlist()
+    assert built.table[[5, 6, 7]].tolist() == [[12], [12], [12]]
+    cache = tmp_path / "train.en-de.shortlist-10-1.npz"
+    assert cache.exists()
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the cached table was rebuilt")
+    with monkeypatch.context() as patched:
+        patched.setattr(LexicalShortlist, "build", fail)
+        np.testing.assert_array_equal(shortlist().table, built.table)
+        with pytest.raises(AssertionError, match="rebuilt"):  # another length of list is another table
+            shortlist(per_word=2)
+
+    write_split(f"{prefix}.de", [[13, 4], [12, 13, 13], [12]])  # a side binarized again: counted again
+    assert shortlist().table[[5, 6, 7]].tolist() == [[13], [12], [12]]
+
+    cache.write_bytes(b"not a zip")  # a cache a killed run left broken is rebuilt, not fatal
+    np.testing.assert_array_equal(shortlist().table, LexicalShortlist.for_corpus(
+        prefix, dictionary, dictionary, torch.arange(20), 10, 1).table)
+    assert np.load(cache, allow_pickle=False)["table"].shape == (20, 1)
+
+    def refuse(path, **arrays):
+        raise PermissionError(f"{path} is read-only")
+    monkeypatch.setattr(np, "savez", refuse)  # where the split's folder is read-only: built each run, a warning
+    assert shortlist(per_word=3).table.shape == (20, 3)
+    assert not (tmp_path / "train.en-de.shortlist-10-3.npz").exists() and len(os.listdir(tmp_path)) == 5
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8"])

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import numba
 import torch
-from fairseq.data import Dictionary, LanguagePairDataset
+from fairseq.data import Dictionary, LanguagePairDataset, indexed_dataset
 from fairseq.models.transformer import TransformerModel, base_architecture
 
 from pardec_fairseq.models.blockwise_transformer import BlockwiseTransformerModel, blockwise_architecture
@@ -16,6 +16,15 @@ def make_dictionary(n_symbols):
     for i in range(n_symbols):
         dictionary.add_symbol(f"w{i}")
     return dictionary
+
+
+def write_split(prefix, sentences, eos=2):
+    """A binarized split as fairseq-preprocess writes one (``PREFIX.bin``/``.idx``): each sentence, a list
+    of token ids, ends with ``eos`` (a ``make_dictionary``'s)."""
+    builder = indexed_dataset.make_builder(f"{prefix}.bin", impl="mmap", vocab_size=20)
+    for sentence in sentences:
+        builder.add_item(torch.tensor(sentence + [eos], dtype=torch.int32))
+    builder.finalize(f"{prefix}.idx")
 
 
 def build_transformer(dictionary, seed=0, layers=1, embed_dim=16, heads=2, ffn_dim=32,

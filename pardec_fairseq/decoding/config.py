@@ -208,6 +208,8 @@ class DecodingConfig(FairseqDataclass):
         default=None,
         metadata={"help": "--draft-shortlist: a binarized parallel split as fairseq-preprocess names it, "
                   "DIR/SPLIT.SRC-TGT (its .SRC and .TGT .bin/.idx, binarized with the model's dictionaries); "
+                  "the table is cached beside it as DIR/SPLIT.SRC-TGT.shortlist-FIRST-N.npz (FIRST the "
+                  "--draft-vocab, N the --draft-shortlist), rebuilt when a side changes; "
                   "default: the task's train split"},
     )
     refine: REFINE_CHOICES = field(

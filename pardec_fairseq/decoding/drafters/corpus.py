@@ -1,7 +1,14 @@
 """Target-side text for the drafters that learn nothing but read a corpus (retrieval drafting,
-the n-gram model of draft refinement): a binarized split as one token sequence."""
+the n-gram model of draft refinement): a binarized split as one token sequence; and the caches of
+what drafters derive from a corpus (the retrieval index, the lexical shortlist), kept beside it."""
+import logging
+import os
+from typing import Dict, Optional
+
 import numpy as np
 from fairseq.data import data_utils
+
+logger = logging.getLogger(__name__)
 
 
 def missing_corpus(prefix, option):
@@ -22,3 +29,36 @@ def corpus_text(prefix, dictionary, option) -> np.ndarray:
         raise ValueError(f"the corpus {prefix} ({option}) has token ids up to {int(text.max())}, beyond the "
                          f"target dictionary's {len(dictionary)}: binarize it with the model's dictionary")
     return text
+
+
+def file_stamp(path):
+    """What tells a file's cached derivative stale: its size and modification time (ns)."""
+    status = os.stat(path)
+    return status.st_size, status.st_mtime_ns
+
+
+def load_cached(path: str, stamp: np.ndarray) -> Optional[Dict[str, np.ndarray]]:
+    """The arrays cached at ``path`` (``.npz``, loaded without pickle) if it was saved with ``stamp``, else
+    ``None`` (no file, another stamp, or a file that does not read)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            if "stamp" in stored.files and np.array_equal(stored["stamp"], stamp):
+                return {name: stored[name] for name in stored.files}
+    except (OSError, ValueError) as error:  # a zip that does not read is a ValueError (BadZipFile)
+        logger.warning(f"ignoring the unreadable cache {path} ({error}); rebuilding it")
+    return None
+
+
+def save_cached(path: str, stamp: np.ndarray, what: str, **arrays: np.ndarray):
+    """Cache ``arrays`` with ``stamp`` at ``path`` (``.npz``), written aside and renamed over it, so that an
+    interrupted run leaves no partial file; ``what`` names them in a warning where ``path`` is not writable."""
+    aside = f"{path}.{os.getpid()}.partial.npz"
+    try:
+        np.savez(aside, stamp=stamp, **arrays)
+        os.replace(aside, path)
+    except OSError as error:
+        logger.warning(f"could not cache {what} at {path} ({error}); it is rebuilt each run")
+        if os.path.exists(aside):
+            os.remove(aside)

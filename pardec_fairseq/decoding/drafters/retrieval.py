@@ -15,17 +15,15 @@ while its next token follows at least ``min_share`` of the occurrences that led 
 most frequent next tokens, verified together as a tree. Drafts only change speed; the verifier keeps
 fairseq's output.
 """
-import logging
 import os
 
 import numpy as np
 import torch
 
 from pardec_fairseq.decoding.drafters import Drafter, output_tail
-from pardec_fairseq.decoding.drafters.corpus import corpus_text, missing_corpus
+from pardec_fairseq.decoding.drafters.corpus import (corpus_text, file_stamp, load_cached, missing_corpus,
+                                                     save_cached)
 from pardec_fairseq.decoding.proposals import Proposal
-
-logger = logging.getLogger(__name__)
 
 INDEX_FORMAT = 1  # bump when the cached arrays change meaning
 
@@ -54,16 +52,12 @@ class SuffixIndex:
         cache, source = f"{prefix}.suffix-index.npz", f"{prefix}.bin"
         if not os.path.exists(source):
             raise FileNotFoundError(missing_corpus(prefix, "--retrieval-corpus"))
-        stamp = np.array([INDEX_FORMAT, *_file_stamp(source)], dtype=np.int64)
-        if os.path.exists(cache):
-            with np.load(cache, allow_pickle=False) as stored:
-                if np.array_equal(stored["stamp"], stamp):
-                    return cls(stored["text"], stored["suffixes"], key_tokens)
+        stamp = np.array([INDEX_FORMAT, *file_stamp(source)], dtype=np.int64)
+        stored = load_cached(cache, stamp)
+        if stored is not None:
+            return cls(stored["text"], stored["suffixes"], key_tokens)
         index = cls.build(corpus_text(prefix, dictionary, "--retrieval-corpus"), key_tokens)
-        try:
-            np.savez(cache, stamp=stamp, text=index.text, suffixes=index.suffixes)
-        except OSError as error:
-            logger.warning(f"could not cache the retrieval index at {cache} ({error}); it is rebuilt each run")
+        save_cached(cache, stamp, "the retrieval index", text=index.text, suffixes=index.suffixes)
         return index
 
     def windows(self, starts: np.ndarray, width: int) -> np.ndarray:
@@ -84,11 +78,6 @@ class SuffixIndex:
         lo = np.searchsorted(self.keys, np.ascontiguousarray(low).view(key_type).ravel(), side="left")
         hi = np.searchsorted(self.keys, np.ascontiguousarray(high).view(key_type).ravel(), side="right")
         return lo, hi
-
-
-def _file_stamp(path):
-    status = os.stat(path)
-    return status.st_size, status.st_mtime_ns
 
 
 class RetrievalDrafter(Drafter):
