@@ -80,13 +80,13 @@ def test_the_shortlist_is_cached_beside_the_split_and_rebuilt_when_a_side_change
         with pytest.raises(AssertionError, match="rebuilt"):  # another length of list is another table
             shortlist(per_word=2)
 
-    write_split(f"{prefix}.de", [[13, 4], [12, 13, 13], [12]])  # a side binarized again: counted again
+    # a side binarized again (one token longer: its size tells it apart whatever the clock's grain)
+    write_split(f"{prefix}.de", [[13, 4], [12, 13, 13], [12, 12]])
     assert shortlist().table[[5, 6, 7]].tolist() == [[13], [12], [12]]
 
     cache.write_bytes(b"not a zip")  # a cache a killed run left broken is rebuilt, not fatal
-    np.testing.assert_array_equal(shortlist().table, LexicalShortlist.for_corpus(
-        prefix, dictionary, dictionary, torch.arange(20), 10, 1).table)
-    assert np.load(cache, allow_pickle=False)["table"].shape == (20, 1)
+    assert shortlist().table[[5, 6, 7]].tolist() == [[13], [12], [12]]
+    assert np.load(cache, allow_pickle=False)["table"][[5, 6, 7]].tolist() == [[13], [12], [12]]
 
     def refuse(path, **arrays):
         raise PermissionError(f"{path} is read-only")
