@@ -149,8 +149,8 @@ class DecodingConfig(FairseqDataclass):
                   "has AVX2 each input row is rounded to bytes too and multiplied in integers (AVX2's byte "
                   "multiply-adds), elsewhere the weights are converted to float32 in registers: faster drafting "
                   "calls, slightly different drafts, the same output (the verifier checks every drafted token in "
-                  "float32). 'auto': int8 where the CPU multiplies bytes (AVX2), else bfloat16 (the fastest measured "
-                  "on a Zen 3 and a Zen 4, the latter with AVX-512's bfloat16 dot product)"},
+                  "float32). 'auto': int8 where the CPU multiplies bytes (AVX2; the fastest measured on a Zen 3 and on "
+                  "a Zen 4, the latter beside AVX-512's bfloat16 dot product), else bfloat16"},
     )
     bpd_heads: Optional[int] = field(
         default=None,
