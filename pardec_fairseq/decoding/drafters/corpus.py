@@ -31,9 +31,12 @@ def corpus_text(prefix, dictionary, option) -> np.ndarray:
     return text
 
 
-def file_stamp(path):
-    """What tells a file's cached derivative stale: its size and modification time (ns)."""
-    status = os.stat(path)
+def split_stamp(prefix, option):
+    """What tells a cached derivative of the binarized split ``prefix`` stale: its ``.bin``'s size and
+    modification time (ns); a missing split is refused (``option`` names the flag that chose it)."""
+    if not os.path.exists(f"{prefix}.bin"):
+        raise FileNotFoundError(missing_corpus(prefix, option))
+    status = os.stat(f"{prefix}.bin")
     return status.st_size, status.st_mtime_ns
 
 

@@ -15,14 +15,12 @@ while its next token follows at least ``min_share`` of the occurrences that led 
 most frequent next tokens, verified together as a tree. Drafts only change speed; the verifier keeps
 fairseq's output.
 """
-import os
 
 import numpy as np
 import torch
 
 from pardec_fairseq.decoding.drafters import Drafter, output_tail
-from pardec_fairseq.decoding.drafters.corpus import (corpus_text, file_stamp, load_cached, missing_corpus,
-                                                     save_cached)
+from pardec_fairseq.decoding.drafters.corpus import corpus_text, load_cached, save_cached, split_stamp
 from pardec_fairseq.decoding.proposals import Proposal
 
 INDEX_FORMAT = 1  # bump when the cached arrays change meaning
@@ -49,10 +47,8 @@ class SuffixIndex:
     def for_corpus(cls, prefix, dictionary, key_tokens) -> "SuffixIndex":
         """The index of the binarized split ``prefix``, cached beside it in ``PREFIX.suffix-index.npz``
         (rebuilt when the split's ``.bin`` changes; loaded without pickle)."""
-        cache, source = f"{prefix}.suffix-index.npz", f"{prefix}.bin"
-        if not os.path.exists(source):
-            raise FileNotFoundError(missing_corpus(prefix, "--retrieval-corpus"))
-        stamp = np.array([INDEX_FORMAT, *file_stamp(source)], dtype=np.int64)
+        cache = f"{prefix}.suffix-index.npz"
+        stamp = np.array([INDEX_FORMAT, *split_stamp(prefix, "--retrieval-corpus")], dtype=np.int64)
         stored = load_cached(cache, stamp)
         if stored is not None:
             return cls(stored["text"], stored["suffixes"], key_tokens)

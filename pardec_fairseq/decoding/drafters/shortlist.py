@@ -17,8 +17,7 @@ import torch
 from torch import Tensor
 
 from pardec_fairseq.decoding import vector_kernels
-from pardec_fairseq.decoding.drafters.corpus import (corpus_text, file_stamp, load_cached, missing_corpus,
-                                                     save_cached)
+from pardec_fairseq.decoding.drafters.corpus import corpus_text, load_cached, save_cached, split_stamp
 from pardec_fairseq.decoding.fast_ops import Product
 
 SHORTLIST_FORMAT = 1  # bump when the cached table changes meaning
@@ -72,13 +71,10 @@ class LexicalShortlist:
             raise ValueError(f"{option} {prefix}: name a binarized parallel split as fairseq-preprocess does, "
                              "DIR/SPLIT.SRC-TGT (such as data-bin/train.en-de)")
         sides = [f"{prefix}.{language}" for language in languages]
-        for side in sides:
-            if not os.path.exists(f"{side}.bin"):
-                raise FileNotFoundError(missing_corpus(side, option))
         cache = f"{prefix}.shortlist-{first_words}-{per_word}.npz"
         eos, specials = (src_dict.eos(), tgt_dict.eos()), src_dict.nspecial
         stamp = np.array([SHORTLIST_FORMAT, first_words, per_word, len(src_dict), len(tgt_dict), *eos, specials,
-                          *file_stamp(f"{sides[0]}.bin"), *file_stamp(f"{sides[1]}.bin")], dtype=np.int64)
+                          *split_stamp(sides[0], option), *split_stamp(sides[1], option)], dtype=np.int64)
         stored = load_cached(cache, stamp)
         if stored is not None:
             return cls(stored["table"], to_target.numpy(), first_words, len(tgt_dict))
