@@ -115,9 +115,9 @@ def _prefetch_locality(rows: int, exact: bool):
     verifier's tiles ask for nothing: the hardware's own prefetch streams the 256-byte rows of their
     whole-panel stripes faster. Products of (256, 8,192) weights from memory ran at 31 GB/s unhinted
     against 23-27 hinted, at every row count from 1 to 5; in the decoding loop, the production layers and
-    an unhinted copy compiled beside them taking turns pass by pass, a one-token pass's layers took 6-10%
-    less time (362-392 us against 388-415) and `gad`'s 5-token ones 2-6% less (547-629 against
-    564-672), with batches of 16 within the noise."""
+    an unhinted copy compiled beside them taking turns pass by pass (four processes), a one-token pass's
+    layers took 5-7% less time (343-392 us against 362-415) and `gad`'s 5-token ones 1-6% less (490-629
+    against 494-672), with batches of 16 within the noise."""
     if exact:
         return 0 if LANES == 8 else None
     return 3 if rows > 1 else None
