@@ -77,8 +77,8 @@ PREFETCH_ROWS = 16
 # read from memory each pass): such a tile spends several cycles on each 64-byte row of its stripe, and
 # 16 rows ahead its reads waited on memory. On the Zen 3 VM (2 threads; five 8.5 MB weights in turn, so
 # each comes from memory) 5 rows x (256, 8296) took 1.22-1.60 times one row's time 16 rows ahead,
-# 1.01-1.09 times 128 rows (8 KB) ahead. One-row tiles keep 16 rows: further ahead slowed greedy's steps.
-# With AVX-512 the verifier's tiles ask for nothing (``_prefetch_locality``)
+# 1.01-1.09 times 128 rows (8 KB) ahead (AVX-512's wider stripes, 32 rows, were not measured). One-row
+# tiles keep 16 rows: further ahead slowed greedy's steps
 EXACT_ROWS_PREFETCH_BYTES = 8192
 # a byte product's weight levels either side of zero: 2 * 255 * 63 fits the int16 sums of vpmaddubsw
 BYTE_WEIGHT_LARGEST = 63
@@ -109,17 +109,9 @@ def _prefetch_locality(rows: int, exact: bool):
     rows asks for them to stay (3), since without a hint its arithmetic and its reads from memory take
     turns (measured on the verifier before the non-temporal hint: its 4-token pass's arithmetic took
     1.47 ms unhinted, 1.33 with this one 16 rows ahead, 1.30-1.37 8 ahead, 1.43 32 ahead); one row
-    streams fast enough unhinted (and was slower hinted).
-
-    With AVX-512 (measured on a Zen 4 VM: 1 MB of L2 a core, 32 MB of L3 shared with other guests) the
-    verifier's tiles ask for nothing: the hardware's own prefetch streams the 256-byte rows of their
-    whole-panel stripes faster. Products of (256, 8,192) weights from memory ran at 31 GB/s unhinted
-    against 23-27 hinted, at every row count from 1 to 5; in the decoding loop, the production layers and
-    an unhinted copy compiled beside them taking turns pass by pass (four processes), a one-token pass's
-    layers took 5-7% less time (343-392 us against 362-415) and `gad`'s 5-token ones 1-6% less (490-629
-    against 494-672), with batches of 16 within the noise."""
+    streams fast enough unhinted (and was slower hinted)."""
     if exact:
-        return 0 if LANES == 8 else None
+        return 0
     return 3 if rows > 1 else None
 
 
