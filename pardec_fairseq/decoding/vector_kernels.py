@@ -8,8 +8,10 @@ keeps a tile of up to 4 rows x 64 output columns in 16 vector registers while it
 weight once ran the same products in 37 us (115 GFLOP/s) and 12 us. numba cannot express such a
 tile (its vectoriser left the scalar version at 7 GFLOP/s), so the tile is written in LLVM IR
 through a numba intrinsic: it is compiled and cached with the numba code that calls it and needs no
-C compiler. Its vectors are the CPU's: 16 floats with AVX-512, else 8; with AVX2's 16 registers the
-tiles cover fewer columns (``TILE_COLUMNS``): on an AMD Zen 3 core, 8 rows x (256, 1024) took 137-146
+C compiler. With AVX-512 the float32 tile's loop is inline assembly in that IR, its registers fixed
+(``_fixed_register_loop``): LLVM's own allocation of them spilled, and differently from compile to
+compile. Its vectors are the CPU's: 16 floats with AVX-512, else 8; with AVX2's 16 registers the tiles
+cover fewer columns (``TILE_COLUMNS``): on an AMD Zen 3 core, 8 rows x (256, 1024) took 137-146
 us in AVX-512's tiles (their accumulators spilled to the stack) and 65-77 us in 16-column ones.
 
 The weight is packed once into panels of 64 output columns, the last one padded with zeros, each
@@ -52,6 +54,8 @@ def _host_has(feature: str) -> bool:
 
 # floats per vector register: 16 with AVX-512 (32 registers), else 8 (AVX2: 16 registers)
 LANES = 16 if _host_has("avx512f") else 8
+# the float32 AVX-512 tiles' loop is inline assembly (``_fixed_register_loop``), which LLVM must parse
+llvm.initialize_native_asmparser()
 # columns of the panel a tile of 1..5 rows covers, so that its accumulators, the weight's vectors
 # and a broadcast fit the registers: 4 rows x 64 columns take 16 of AVX-512's 32, while with AVX2's
 # 16 the same tile spilled to the stack (4 x 8 accumulators); there a tile of 3-5 rows covers 16
@@ -109,7 +113,8 @@ def _prefetch_locality(rows: int, exact: bool):
     rows asks for them to stay (3), since without a hint its arithmetic and its reads from memory take
     turns (measured on the verifier before the non-temporal hint: its 4-token pass's arithmetic took
     1.47 ms unhinted, 1.33 with this one 16 rows ahead, 1.30-1.37 8 ahead, 1.43 32 ahead); one row
-    streams fast enough unhinted (and was slower hinted)."""
+    streams fast enough unhinted (and was slower hinted). With AVX-512 the float32 tiles run
+    ``_fixed_register_loop``, which asks for nothing."""
     if exact:
         return 0
     return 3 if rows > 1 else None
@@ -262,22 +267,11 @@ def _tile(rows: int, columns: int, lanes: int = LANES, byte_dot: Optional[bool] 
                 "llvm.prefetch.p0i8")
             exact = not (quads or quantized or widened or pairs)
             locality, rows_ahead = _prefetch_locality(rows, exact), _prefetch_rows(rows, exact)
-            with cgutils.for_range(builder, depth) as loop:
-                row_offset = builder.mul(loop.index, stripe)
-                ahead = builder.mul(builder.add(loop.index, const(rows_ahead)), stripe)
-                for v in range(vectors):
-                    if locality is not None and (v * lanes) % 16 == 0:  # a cache line's first vector
-                        address = builder.bitcast(builder.gep(starts[v], [ahead]), ir.IntType(8).as_pointer())
-                        builder.call(prefetch, [address, ir.Constant(i32, 0), ir.Constant(i32, locality),
-                                                ir.Constant(i32, 1)])
-                weights = [load_weights(starts[v], row_offset) for v in range(vectors)]
-                for r in range(rows):
-                    scalar = builder.load(builder.gep(x_rows[r], [loop.index]))
-                    broadcast = builder.shuffle_vector(builder.insert_element(undefined, scalar, ir.Constant(i32, 0)),
-                                                       undefined, splat)
-                    for v in range(vectors):
-                        total = multiply_add(broadcast, weights[v], builder.load(accumulators[r][v]))
-                        builder.store(total, accumulators[r][v])
+            if exact and lanes == 16 and vectors == 4:
+                _fixed_register_loop(builder, depth, starts, stripe, x_rows, accumulators)
+            else:
+                _scheduled_loop(builder, depth, stripe, rows, vectors, locality, rows_ahead, starts, x_rows,
+                                accumulators, load_weights, multiply_add, prefetch, undefined, splat)
             for r in range(rows):
                 out_row = builder.gep(out_data.data, [builder.add(builder.mul(builder.add(o0_arg, const(r)), out_width),
                                                                   builder.add(c0_arg, q_arg))])
@@ -298,6 +292,60 @@ def _tile(rows: int, columns: int, lanes: int = LANES, byte_dot: Optional[bool] 
         return signature, codegen
 
     return tile
+
+
+def _scheduled_loop(builder, depth, stripe, rows, vectors, locality, rows_ahead, starts, x_rows, accumulators,
+                    load_weights, multiply_add, prefetch, undefined, splat):
+    """A tile's loop over the weight's rows as LLVM IR, scheduled and register-allocated by LLVM (``_tile``)."""
+    i32 = ir.IntType(32)
+    lanes = undefined.type.count
+    with cgutils.for_range(builder, depth) as loop:
+        row_offset = builder.mul(loop.index, stripe)
+        ahead = builder.mul(builder.add(loop.index, ir.Constant(ir.IntType(64), rows_ahead)), stripe)
+        for v in range(vectors):
+            if locality is not None and (v * lanes) % 16 == 0:  # a cache line's first vector
+                address = builder.bitcast(builder.gep(starts[v], [ahead]), ir.IntType(8).as_pointer())
+                builder.call(prefetch, [address, ir.Constant(i32, 0), ir.Constant(i32, locality),
+                                        ir.Constant(i32, 1)])
+        weights = [load_weights(starts[v], row_offset) for v in range(vectors)]
+        for r in range(rows):
+            scalar = builder.load(builder.gep(x_rows[r], [loop.index]))
+            broadcast = builder.shuffle_vector(builder.insert_element(undefined, scalar, ir.Constant(i32, 0)),
+                                               undefined, splat)
+            for v in range(vectors):
+                total = multiply_add(broadcast, weights[v], builder.load(accumulators[r][v]))
+                builder.store(total, accumulators[r][v])
+
+
+def _fixed_register_loop(builder, depth, starts, stripe, x_rows, accumulators):
+    """A float32 AVX-512 tile's loop over the weight's rows (4 vectors, from ``starts``) as inline assembly: the
+    weight vectors and the broadcast row value sit in fixed registers (zmm27-31), the accumulators (up to 20)
+    in registers LLVM chooses, so no compile of it spills. Why: numba compiles a tile twice, on its own and
+    linked into ``product``'s library, a process that compiles runs the one and a process that loads numba's
+    cache the other, and LLVM's 5-row tile spilled differently in each: on a Zen 4 VM 5 rows x (256, 8,296)
+    from L3 took 113 us in one and 282 in the other; this loop ran alike in both, and in the decoding loop (both
+    loaded from numba's cache, pass by pass in one process) a one-token pass's layers took 4-8% less time than
+    with LLVM's loop, `gad`'s 5-token ones 4-6% less. No software prefetch: the hardware's prefetch streams
+    these rows, and from memory 5 rows then cost what one does (274-284 us against 324-330 hinted)."""
+    rows = len(accumulators)
+    vector = accumulators[0][0].type.pointee
+    count = rows * 4
+    body = [f"vmovups (${count + v}), %zmm{28 + v}" for v in range(4)]
+    for r in range(rows):
+        body.append(f"vbroadcastss (${count + 4 + r}), %zmm27")
+        body += [f"vfmadd231ps %zmm{28 + v}, %zmm27, ${4 * r + v}" for v in range(4)]
+    constraint = ",".join(["=v"] * count + ["r"] * (4 + rows) + [str(i) for i in range(count)]
+                          + [f"~{{xmm{k}}}" for k in range(27, 32)])
+    byte_pointer = ir.IntType(8).as_pointer()
+    signature = ir.FunctionType(ir.LiteralStructType([vector] * count), [byte_pointer] * (4 + rows) + [vector] * count)
+    with cgutils.for_range(builder, depth) as loop:
+        offset = builder.mul(loop.index, stripe)
+        weights = [builder.bitcast(builder.gep(start, [offset]), byte_pointer) for start in starts]
+        values = [builder.bitcast(builder.gep(x_rows[r], [loop.index]), byte_pointer) for r in range(rows)]
+        totals = [builder.load(accumulators[r][v]) for r in range(rows) for v in range(4)]
+        result = builder.asm(signature, "\n".join(body), constraint, weights + values + totals, False)
+        for i in range(count):
+            builder.store(builder.extract_value(result, i), accumulators[i // 4][i % 4])
 
 
 _tile1, _tile2, _tile3, _tile4, _tile5 = (_tile(rows, TILE_COLUMNS[rows]) for rows in range(1, 6))
