@@ -267,7 +267,7 @@ def _tile(rows: int, columns: int, lanes: int = LANES, byte_dot: Optional[bool] 
                 "llvm.prefetch.p0i8")
             exact = not (quads or quantized or widened or pairs)
             locality, rows_ahead = _prefetch_locality(rows, exact), _prefetch_rows(rows, exact)
-            if exact and lanes == 16 and vectors == 4:
+            if exact and lanes == LANES == 16 and vectors == 4:  # AVX-512's own registers: the CPU must have them
                 _fixed_register_loop(builder, depth, starts, stripe, x_rows, accumulators)
             else:
                 _scheduled_loop(builder, depth, stripe, rows, vectors, locality, rows_ahead, starts, x_rows,
