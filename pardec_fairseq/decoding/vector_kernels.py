@@ -260,18 +260,13 @@ def _tile(rows: int, columns: int, lanes: int = LANES, byte_dot: Optional[bool] 
                     builder.store(start, accumulators[r][v])
             x_rows = [builder.gep(x_data.data, [builder.mul(builder.add(r0_arg, const(r)), depth)])
                       for r in range(rows)]
-            splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
-            undefined = ir.Constant(ir.VectorType(i32, lanes) if pairs or quads else vector, ir.Undefined)  # a row of x
-            prefetch = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
-                "llvm.prefetch.p0i8")
             exact = not (quads or quantized or widened or pairs)
-            locality, rows_ahead = _prefetch_locality(rows, exact), _prefetch_rows(rows, exact)
             if exact and lanes == LANES == 16 and vectors == 4:  # AVX-512's own registers: the CPU must have them
                 _fixed_register_loop(builder, depth, starts, stripe, x_rows, accumulators)
             else:
-                _scheduled_loop(builder, depth, stripe, rows, vectors, locality, rows_ahead, starts, x_rows,
-                                accumulators, load_weights, multiply_add, prefetch, undefined, splat)
+                x_type = ir.VectorType(i32, lanes) if pairs or quads else vector  # what a row of x broadcasts to
+                _scheduled_loop(builder, depth, stripe, starts, x_rows, accumulators, x_type, exact, load_weights,
+                                multiply_add)
             for r in range(rows):
                 out_row = builder.gep(out_data.data, [builder.add(builder.mul(builder.add(o0_arg, const(r)), out_width),
                                                                   builder.add(c0_arg, q_arg))])
@@ -294,11 +289,16 @@ def _tile(rows: int, columns: int, lanes: int = LANES, byte_dot: Optional[bool] 
     return tile
 
 
-def _scheduled_loop(builder, depth, stripe, rows, vectors, locality, rows_ahead, starts, x_rows, accumulators,
-                    load_weights, multiply_add, prefetch, undefined, splat):
-    """A tile's loop over the weight's rows as LLVM IR, scheduled and register-allocated by LLVM (``_tile``)."""
+def _scheduled_loop(builder, depth, stripe, starts, x_rows, accumulators, x_type, exact, load_weights, multiply_add):
+    """A tile's loop over the weight's rows as LLVM IR, scheduled and register-allocated by LLVM (``_tile``):
+    each row of x broadcast to ``x_type``, the weights asked for ahead as ``_prefetch_locality`` says."""
     i32 = ir.IntType(32)
-    lanes = undefined.type.count
+    rows, vectors, lanes = len(accumulators), len(accumulators[0]), x_type.count
+    locality, rows_ahead = _prefetch_locality(rows, exact), _prefetch_rows(rows, exact)
+    prefetch = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
+        "llvm.prefetch.p0i8")
+    undefined, splat = ir.Constant(x_type, ir.Undefined), ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
     with cgutils.for_range(builder, depth) as loop:
         row_offset = builder.mul(loop.index, stripe)
         ahead = builder.mul(builder.add(loop.index, ir.Constant(ir.IntType(64), rows_ahead)), stripe)
