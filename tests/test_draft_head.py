@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
 from pardec_fairseq.decoding.drafters import compiled_head
-from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter, likeliest_nodes
+from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter, likeliest_nodes, likeliest_of_comb
 from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist
 from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator
 from pardec_fairseq.decoding.config import decoding_config
@@ -349,6 +349,23 @@ def test_a_draft_tree_cut_to_its_likeliest_nodes_keeps_their_order_and_parents(l
     four = likeliest_nodes(words, parents, path_log_probs, counts, 4)
     assert four[0].tolist() == [[5, 6, 7, 9], [10, 11, 12, 0]] and four[1].tolist() == [[0, 0, 1, 1], [0, 1, 1, 0]]
     assert four[2].tolist() == [4, 3]
+
+
+def _compiled_likeliest_of_comb(words, paths, nodes):
+    return tuple(torch.from_numpy(part) for part in compiled_head._likeliest_of_comb(words.numpy(), paths.numpy(),
+                                                                                     nodes))
+
+
+@pytest.mark.parametrize("likeliest_of_comb", [likeliest_of_comb, _compiled_likeliest_of_comb])
+def test_a_chains_likeliest_tokens_and_runner_ups_are_verified_chain_first(likeliest_of_comb):
+    # three steps' tokens and runner-ups (token, runner-up of step 1, then of step 2, ...) with their paths
+    words = torch.tensor([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18]])
+    paths = torch.tensor([[-0.1, -2.5, -0.2, -2.0, -0.3, -3.0],  # the whole chain and the second runner-up
+                          [-0.5, -1.0, -1.2, -1.1, -2.5, -2.0],  # two runner-ups take the chain's last token's place
+                          [0.0] * 6])  # all equal: each parent before its children
+    tokens, parents = likeliest_of_comb(words, paths, 4)
+    assert tokens.tolist() == [[1, 3, 5, 4], [7, 9, 8, 10], [13, 15, 14, 16]]
+    assert parents.tolist() == [[0, 1, 2, 1], [0, 1, 0, 1], [0, 1, 0, 1]]
 
 
 @pytest.mark.parametrize("verifier_path, relaxed, sentences, leaves", [

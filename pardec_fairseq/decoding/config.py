@@ -187,8 +187,9 @@ class DecodingConfig(FairseqDataclass):
     )
     draft_head_leaves: Optional[int] = field(
         default=None,
-        metadata={"help": "gad with a one-slot draft_head drafting a chain: beside each of its first N tokens, verify "
-                  "the head's runner-up word as a leaf of a draft tree (needs --verifier fast): where the verifier "
+        metadata={"help": "gad with a one-slot draft_head drafting a chain: also offer the head's runner-up word at "
+                  "each of its steps, and verify the steps + N likeliest of the chain's tokens and runner-ups (by "
+                  "the head's probability of their path) as a draft tree (needs --verifier fast): where the verifier "
                   "rejects a drafted token, it often chose the runner-up, which then is kept with the verifier's "
                   "next token; the head runs no more calls for them. 0: a chain; default: 1 in batches of one "
                   "sentence with --verifier fast and exact acceptance (a pass of a few more tokens costs about what "

@@ -25,19 +25,24 @@ from pardec_fairseq.decoding.drafters.shortlist import ShortlistProjection
 @numba.njit(cache=True, nogil=True)
 def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, output, column_words, first, steps,
            leaves, sees, cache_views, layer_weights, memory):
-    """Each row's drafted tokens ``[rows, steps * k + leaves]`` and their counts ``[rows]``: ``steps`` calls
-    of the head, each drafting the top-1 token of its ``k`` slots, after each row's last token
-    ``outputs[r, first[r]]`` (its accepted output so far); then, for a one-slot head, the runner-up word
-    of each of the first ``leaves`` calls. Slot ``i``'s input is ``fuse(embedding of the row's last
-    token, its last state) + slot_embedding[i]``; after a call, its slots' features stand in for the
-    verifier's states not computed yet (their keys and values are written where the verifier's will be,
-    the last slot's token and features are the next call's last token and state). ``fuse``/``output``:
-    packed products ``(panels, bias, columns)``, ``column_words`` the word of each of ``output``'s columns;
-    ``final_norm``: ``(weight, bias, eps)``; ``memory`` as ``write_keys_values``'s products."""
+    """Each row's drafted tokens and their counts ``[rows]``: ``steps`` calls of the head, each drafting the
+    top-1 token of its ``k`` slots, after each row's last token ``outputs[r, first[r]]`` (its accepted output
+    so far): the chain ``[rows, steps * k]``. With ``leaves`` (a one-slot head) each call's runner-up word
+    is a candidate too, and the ``steps + leaves`` likeliest of the chain's tokens and runner-ups are
+    drafted (``_likeliest_of_comb``). Slot ``i``'s input is ``fuse(embedding of the row's last token, its
+    last state) + slot_embedding[i]``; after a call, its slots' features stand in for the verifier's
+    states not computed yet (their keys and values are written where the verifier's will be, the last
+    slot's token and features are the next call's last token and state). ``fuse``/``output``: packed
+    products ``(panels, bias, columns)``, ``column_words`` the word of each of ``output``'s columns;
+    ``final_norm``: ``(weight, bias, eps)``; ``memory`` as ``write_keys_values``'s products. Returns the
+    tokens, counts and parents' pass positions (none for a chain)."""
     rows = outputs.shape[0]
     k, d = slot_embedding.shape
     width = embeddings.shape[1]
-    drafted = np.empty((rows, steps * k + leaves), dtype=np.int64)
+    drafted = np.empty((rows, steps * k), dtype=np.int64)
+    # with leaves: each call's two likeliest words and their paths' log-probabilities (the chain's comb)
+    comb_words = np.empty((rows, 2 * steps if leaves else 0), dtype=np.int64)
+    comb_paths = np.empty((rows, 2 * steps if leaves else 0), dtype=np.float32)
     best_two = np.empty(2, dtype=np.int64)
     best_two_scores = np.empty(2, dtype=np.float32)
     inputs = np.empty((rows, width + d), dtype=np.float32)
@@ -56,9 +61,13 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
         features = norm_rows(x.reshape((rows * k, d)), *final_norm)
         logits = vector_kernels.product(features, *output)
         for j in range(rows * k):
-            if step < leaves:  # the top two, the first of equals first (as argmax)
-                top_words(logits[j], best_two, best_two_scores)
-                drafted[j, step], drafted[j, steps + step] = column_words[best_two[0]], column_words[best_two[1]]
+            if leaves:  # one slot: the top two (the first of equals first, as argmax) and their paths
+                _best_words(logits[j], best_two, best_two_scores)
+                before = comb_paths[j, 2 * step - 2] if step > 0 else np.float32(0.0)
+                for w in range(2):
+                    comb_words[j, 2 * step + w] = column_words[best_two[w]]
+                    comb_paths[j, 2 * step + w] = before + best_two_scores[w]
+                drafted[j, step] = comb_words[j, 2 * step]
             else:
                 drafted[j // k, step * k + j % k] = column_words[np.argmax(logits[j])]
         if step + 1 < steps:
@@ -66,7 +75,35 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
             for r in range(rows):
                 inputs[r, width:] = features[r * k + k - 1]
                 first[r] += k
-    return drafted, np.full(rows, steps * k + leaves, dtype=np.int64)
+    if leaves:
+        tokens, parents = _likeliest_of_comb(comb_words, comb_paths, steps + leaves)
+        return tokens, np.full(rows, steps + leaves, dtype=np.int64), parents
+    return drafted, np.full(rows, steps * k, dtype=np.int64), np.empty((rows, 0), dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _likeliest_of_comb(words, paths, nodes):
+    """Each row's ``nodes`` likeliest paths among a one-slot chain's comb: its tokens and each step's
+    runner-up, ``words`` ``[rows, 2 * steps]`` (step ``s``'s token at ``2 s``, its runner-up at ``2 s + 1``,
+    both children of the token of step ``s - 1``) with their paths' log-probabilities ``paths`` (EAGLE-2's
+    reranking, with no call of the head beyond the chain's). A path is no likelier than its parent's, which
+    comes first among equals, so every kept node's parent is kept: the kept tokens of the chain (a prefix
+    of it, at pass positions 1, 2, ...) then the kept runner-ups by step. Returns the words and parents'
+    pass positions ``[rows, nodes]`` (step ``s``'s token and runner-up both hang from position ``s``)."""
+    rows, candidates = words.shape
+    tokens = np.empty((rows, nodes), dtype=np.int64)
+    parents = np.empty((rows, nodes), dtype=np.int64)
+    kept = np.empty(candidates, dtype=np.bool_)
+    for r in range(rows):
+        kept[:] = False
+        kept[np.argsort(-paths[r], kind="mergesort")[:nodes]] = True
+        p = 0
+        for runner_up in range(2):
+            for step in range(candidates // 2):
+                if kept[2 * step + runner_up]:
+                    tokens[r, p], parents[r, p] = words[r, 2 * step + runner_up], step
+                    p += 1
+    return tokens, parents
 
 
 @numba.njit(cache=True, nogil=True)
@@ -230,16 +267,17 @@ class CompiledHead:
 
     def draft(self, cache, outputs: Tensor, last_states: Tensor, lengths: Tensor, sees: Tensor,
               steps: int = 1, leaves: int = 0):
-        """``[rows, steps * k + leaves]`` and the counts ``[rows]``: ``steps`` calls' slots' top-1 tokens
-        after each row's last token ``outputs[r, lengths[r]]``, the slots written at columns ``lengths[r]``
-        on of ``cache``, then a one-slot head's runner-up words of its first ``leaves`` calls. In one
+        """The tokens ``[rows, m]``, their counts ``[rows]`` and their parents' pass positions (``None``: a chain) of
+        ``_draft``: ``steps`` calls' slots' top-1 tokens after each row's last token ``outputs[r,
+        lengths[r]]``, the slots written at columns ``lengths[r]`` on of ``cache``; with ``leaves`` (a
+        one-slot head) the ``steps + leaves`` likeliest of them and the calls' runner-up words. In one
         compiled call: in the loop each torch operation around it cost microseconds."""
         first = lengths.numpy()
         cache.reserve(int(first.max()) + steps * self.slot_embedding.shape[0])
-        drafted, counts = _draft(outputs.numpy(), last_states.numpy(), self.embeddings, self.fuse, self.slot_embedding,
-                                 self.final_norm, *self.projection(), first, steps, leaves, sees.numpy(),
-                                 cache.numpy_views(), self.layer_weights, self.memory)
-        return torch.from_numpy(drafted), torch.from_numpy(counts)
+        drafted, counts, parents = _draft(outputs.numpy(), last_states.numpy(), self.embeddings, self.fuse,
+                                          self.slot_embedding, self.final_norm, *self.projection(), first, steps,
+                                          leaves, sees.numpy(), cache.numpy_views(), self.layer_weights, self.memory)
+        return torch.from_numpy(drafted), torch.from_numpy(counts), torch.from_numpy(parents) if leaves else None
 
     def draft_tree(self, cache, tokens: Tensor, last_states: Tensor, lengths: Tensor, steps: int, branches: int,
                    least_probability: float, nodes: int = 0):

@@ -12,8 +12,9 @@ many calls, each going on from the last one's last slot (its token, and its outp
 of the verifier's state, whose keys and values the next call reads where the verifier's will be): a
 head trained with ``--block-size 1`` and ``--state-regression-weight`` drafts autoregressively, as
 EAGLE's drafter does; with ``branches`` above 1 its calls grow a tree instead, a level per call
-(EAGLE-2's dynamic tree: ``draft_tree``). The head only changes speed: exact acceptance keeps the
-verifier's greedy output whatever it drafts.
+(EAGLE-2's dynamic tree: ``draft_tree``), or with ``leaves`` its chain's likeliest tokens and runner-up
+words are verified as a tree at no cost in calls. The head only changes speed: exact acceptance keeps
+the verifier's greedy output whatever it drafts.
 """
 import math
 from typing import Optional
@@ -30,7 +31,7 @@ from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist, ShortlistProjection, nothing_to_add
 from pardec_fairseq.decoding.fast_ops import Norm, Product
 from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, encoder_keys_values, run_layers
-from pardec_fairseq.decoding.proposals import DraftTree, Proposal
+from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, draft_head_architecture,
                                               has_fairseq_output_layer, same_fingerprint,
                                               verifier_fingerprint)
@@ -75,6 +76,20 @@ def likeliest_nodes(tokens, parents, path_log_probs, counts, nodes: int):
     return tokens.gather(1, order), renumbered.gather(1, parents.gather(1, order)), kept
 
 
+def likeliest_of_comb(words, paths, nodes: int):
+    """``compiled_head._likeliest_of_comb`` in torch: of a one-slot chain's comb ``words`` ``[rows, 2 *
+    steps]`` (step ``s``'s token at ``2 s``, its runner-up at ``2 s + 1``) with their paths'
+    log-probabilities ``paths``, each row's ``nodes`` likeliest (a parent first among equals), the chain's
+    kept tokens first, then the kept runner-ups by step; their words and parents' pass positions."""
+    candidates = words.size(1)
+    kept = torch.zeros_like(words, dtype=torch.bool)
+    kept.scatter_(1, paths.sort(dim=1, descending=True, stable=True).indices[:, :nodes], True)
+    candidate = torch.arange(candidates, device=words.device)
+    pass_order = (candidate % 2) * candidates + candidate  # the chain's tokens, then the runner-ups, by step
+    order = torch.where(kept, pass_order, 2 * candidates).sort(dim=1).indices[:, :nodes]
+    return words.gather(1, order), order // 2
+
+
 def trained_draft_vocab(state) -> int:
     """The ``--draft-vocab`` a draft head's checkpoint ``state`` was trained with (0: all words)."""
     return getattr(state["cfg"].task, "draft_vocab", None) or 0
@@ -98,11 +113,13 @@ class DraftHeadDrafter(Drafter):
         ``steps``: calls of the head per proposal (``None``: ``default_steps``); ``branches``,
         ``least_probability``: a one-slot head's draft tree keeps per level the ``branches`` likeliest
         paths at least that likely (``draft_tree``; 1 and 0: a chain of ``steps`` tokens), of which
-        the ``nodes`` likeliest are verified (0: all); ``leaves``: beside each of a one-slot head's first
-        ``leaves`` drafted tokens, its runner-up word is verified as a leaf of a tree (a rejected token's
-        runner-up is often the verifier's choice: kept, it and the verifier's next token join the output);
-        ``None``: one for a one-slot head's chain, in batches of one sentence where the generator scores
-        trees (``allow_trees``): there a pass of a few more tokens costs what it does without them;
+        the ``nodes`` likeliest are verified (0: all); ``leaves``: a one-slot head's chain also offers each
+        call's runner-up word, and the ``steps + leaves`` likeliest of its tokens and runner-ups (by the
+        head's probability of their path) are verified as a tree (a rejected token's runner-up is often the
+        verifier's choice: kept, it and the verifier's next token join the output; a likely runner-up may
+        take the place of the chain's last token); ``None``: one for a one-slot head's chain, in batches of
+        one sentence where the generator scores trees (``allow_trees``): there a pass of a few more tokens
+        costs what it does without them;
         ``shortlist``: each batch also drafts among the words beyond the first ``draft_vocab`` its
         sources call for (``LexicalShortlist``, built for ``draft_vocab`` first words)."""
         head, self.verifier = model.head, model.verifier
@@ -135,8 +152,6 @@ class DraftHeadDrafter(Drafter):
         self.drafts_trees = (refinement is not None and refinement.drafts > 1) or branches > 1 or \
             (leaves > 0 and not self.auto_leaves)
         self.trees_allowed = True
-        # a chain with leaves: chain token j at pass position j + 1 after position j, leaf j beside it
-        self.leaf_parents = torch.cat([torch.arange(self.steps), torch.arange(leaves)]) if leaves else None
         self.block_size, self.final_norm = head.block_size, head.final_norm
         with torch.no_grad():
             self.layers = [relaid(layer, precision) for layer in head.layers]
@@ -210,15 +225,12 @@ class DraftHeadDrafter(Drafter):
         self.last_state = enc.new_zeros(rows, self.slot_embedding.size(1))
         self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
         self.batch_leaves = self.leaves if not self.auto_leaves or (self.trees_allowed and rows == 1) else 0
-        # a chain with leaves has one shape for the batch: built once, not each pass
-        self.leaf_tree = None if not self.batch_leaves else \
-            DraftTree.of_parents(self.leaf_parents.to(enc.device).expand(rows, -1))
 
     def propose(self, state) -> Proposal:
         if self.compiled_head is not None and not self.grows_tree and self.refinement is None:
-            tokens, counts = self.compiled_head.draft(self.cache, state.tokens, self.last_state, state.lengths,
-                                                      self.all_slots.sees, self.steps, self.batch_leaves)
-            return self.chain(tokens, counts)
+            tokens, counts, parents = self.compiled_head.draft(self.cache, state.tokens, self.last_state, state.lengths,
+                                                               self.all_slots.sees, self.steps, self.batch_leaves)
+            return Proposal(tokens=tokens, lengths=counts, parents=parents)
         last_tokens = state.last_tokens().view(-1)
         if self.refinement is not None:
             logits = self.output_layer(self.slot_features(last_tokens, self.last_state, state.lengths))
@@ -236,33 +248,35 @@ class DraftHeadDrafter(Drafter):
             # one branch per level is a chain, as long as its path stays likely enough
             return Proposal(tokens=tokens[:, :width], lengths=counts,
                             parents=parents[:, :width] if self.branches > 1 and width > 0 else None)
-        tokens = self._draft(last_tokens, state.lengths)
-        return self.chain(tokens, torch.full_like(state.lengths, tokens.size(1)))
+        tokens, parents = self._draft(last_tokens, state.lengths)
+        return Proposal(tokens=tokens, lengths=torch.full_like(state.lengths, tokens.size(1)), parents=parents)
 
     def allow_trees(self, allowed: bool):
         self.trees_allowed = allowed
 
-    def chain(self, tokens, counts) -> Proposal:
-        """A chain's proposal, with its leaves (if any) as a tree of the batch's shape."""
-        if self.leaf_tree is None:
-            return Proposal(tokens=tokens, lengths=counts)
-        return Proposal(tokens=tokens, lengths=counts, parents=self.leaf_tree.parents[:, 1:], tree=self.leaf_tree)
-
     def _draft(self, last_tokens, lengths):
-        """``CompiledHead.draft`` through torch: ``[rows, steps * k + leaves]``, each call going on from the
-        last, then the leaves."""
-        last_state, drafted, runners_up = self.last_state, [], []
+        """``CompiledHead.draft`` through torch: each call going on from the last, the chain's tokens
+        ``[rows, steps * k]`` and ``None``, or with leaves the likeliest of them and the calls' runner-ups
+        and their parents' pass positions ``[rows, steps + leaves]`` (``likeliest_of_comb``)."""
+        last_state, drafted, comb_words, comb_paths = self.last_state, [], [], []
+        chain_path = self.last_state.new_zeros(last_tokens.size(0))  # the log-probability of the chain so far
         for step in range(self.steps):
             features = self.slot_features(last_tokens, last_state, lengths)
             logits = self.output_layer(features)
             drafted.append(logits.argmax(-1))
-            if step < self.batch_leaves:  # the best word but the top-1, the first of equals (topk's order may differ)
+            if self.batch_leaves:  # the best word but the top-1, the first of equals (topk's order may differ)
                 best = F.one_hot(drafted[-1], logits.size(-1)).bool()
-                runners_up.append(logits.masked_fill(best, -math.inf).argmax(-1))
+                pair = torch.cat([drafted[-1], logits.masked_fill(best, -math.inf).argmax(-1)], 1)
+                pair_log_probs = F.log_softmax(logits[:, 0].float(), -1).gather(1, pair)
+                comb_words.append(pair)
+                comb_paths.append(chain_path.unsqueeze(1) + pair_log_probs)
+                chain_path = comb_paths[-1][:, 0]
             if step + 1 < self.steps:
                 self._remember(features, lengths)
                 last_tokens, last_state, lengths = drafted[-1][:, -1], features[:, -1], lengths + self.block_size
-        return torch.cat(drafted + runners_up, 1)
+        if not self.batch_leaves:
+            return torch.cat(drafted, 1), None
+        return likeliest_of_comb(torch.cat(comb_words, 1), torch.cat(comb_paths, 1), self.steps + self.batch_leaves)
 
     def draft_tree(self, last_tokens, lengths):
         """``CompiledHead.draft_tree`` through torch (``compiled_head._draft_tree`` says what it drafts):
@@ -362,5 +376,3 @@ class DraftHeadDrafter(Drafter):
         self.cache.keep_rows(rows)
         self.last_state = self.last_state[rows]
         self.all_slots = AmongNew(self.all_slots.sees[rows])
-        if self.leaf_tree is not None:
-            self.leaf_tree = self.leaf_tree.of_rows(rows)
