@@ -210,20 +210,6 @@ def test_the_compiled_path_move_is_the_vectorised_one(rows, n, data):
     assert torch.equal(compiled.buffers, vectorised.buffers)
 
 
-def test_a_proposals_own_tree_is_its_shape_and_a_shape_keeps_rows():
-    """A drafter that knows its tree's shape hands it over (``DraftTree.of`` builds none); the rows a
-    shape keeps are those rows' own shapes."""
-    parents = torch.tensor([[0, 1, 0, 1], [0, 0, 2, 2], [0, 1, 2, 3]])
-    tree = DraftTree.of_parents(parents)
-    proposal = Proposal(tokens=torch.zeros(3, 4, dtype=torch.long), lengths=torch.full((3,), 4), parents=parents,
-                        tree=tree)
-    assert DraftTree.of(proposal) is tree
-    kept = tree.of_rows(torch.tensor([2, 0]))
-    expected = DraftTree.of_parents(parents[[2, 0]])
-    for part in ("parents", "depth", "sees"):
-        assert torch.equal(getattr(kept, part), getattr(expected, part))
-
-
 def test_trees_are_refused_where_they_cannot_be_scored():
     dictionary = make_dictionary(20)
     model = build_transformer(dictionary, seed=0, layers=1)

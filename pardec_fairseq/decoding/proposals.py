@@ -18,9 +18,6 @@ class Proposal:
     # [rows, k] or None (a chain): the pass position of each drafted token's parent, where position 0
     # is the last accepted token and position j + 1 drafted token j; below the token's own position
     parents: Optional[Tensor] = None
-    # the tree's shape (``DraftTree.of``) where the drafter knows it already: a shape fixed for the batch
-    # is built once, not each pass (19 us a pass on the Zen 3 VM)
-    tree: Optional["DraftTree"] = None
 
 
 @dataclass
@@ -35,8 +32,6 @@ class DraftTree:
 
     @classmethod
     def of(cls, proposal: Proposal) -> Optional["DraftTree"]:
-        if proposal.tree is not None:
-            return proposal.tree
         return None if proposal.parents is None else cls.of_parents(proposal.parents)
 
     @classmethod
@@ -57,10 +52,6 @@ class DraftTree:
             reach = (reach @ reach).clamp_(max=1)
         sees = reach.bool()
         return cls(parents, sees.sum(-1) - 1, sees)
-
-    def of_rows(self, rows: Tensor) -> "DraftTree":
-        """The shape of ``rows`` (indices into the batch)."""
-        return DraftTree(self.parents[rows], self.depth[rows], self.sees[rows])
 
 
 PARENT_AFTER_CHILD = "a drafted token's parent must come before it in the proposal"
