@@ -161,10 +161,11 @@ def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations
     for drafter in (compiled, plain):
         drafter.begin(batch["net_input"], 20, encoded)
     generator = torch.Generator().manual_seed(5)
-    for accepted in ([0, 2, 1], [3, 0, 2], [1, 1, 0]):  # drafted tokens kept by each pass, per row
+    # drafted tokens kept by each pass, per row; after the second pass the middle row leaves
+    for accepted in ([0, 2, 1], [3, 0, 2], [1, 2], [0, 1]):
         drafts = [drafter.propose(state) for drafter in (compiled, plain)]
         if tree == (1, 0.0, 0):
-            assert drafts[0].tokens.shape == (3, block_size * steps) and drafts[0].parents is None
+            assert drafts[0].tokens.shape == (len(accepted), block_size * steps) and drafts[0].parents is None
         for field in ("tokens", "lengths", "parents"):
             ours, torchs = getattr(drafts[0], field), getattr(drafts[1], field)
             assert (ours is None and torchs is None) or torch.equal(ours, torchs), field
@@ -172,17 +173,23 @@ def test_the_compiled_drafting_call_drafts_and_remembers_as_the_torch_operations
             words = shortlist.words(batch["net_input"]["src_tokens"])
             assert torch.isin(drafts[0].tokens, torch.cat([torch.arange(9), torch.from_numpy(words)])).all()
         torch.testing.assert_close(compiled.cache.buffers, plain.cache.buffers)  # what later calls wrote
-        states = torch.randn(3, 4, verifier.decoder.output_embed_dim, generator=generator)
+        rows = len(accepted)
+        states = torch.randn(rows, 4, verifier.decoder.output_embed_dim, generator=generator)
         scores = SimpleNamespace(hidden_states=lambda model: states)
         path = None  # a tree's verdict: the kept pass positions, gathered by each update
         if drafts[0].parents is not None:
-            path = torch.stack([torch.randperm(4, generator=generator) for _ in range(3)])[:, :max(accepted) + 1]
+            path = torch.stack([torch.randperm(4, generator=generator) for _ in range(rows)])[:, :max(accepted) + 1]
         verdict = SimpleNamespace(path=path, accepted=torch.tensor(accepted))
         for drafter in (compiled, plain):
             drafter.update(scores, verdict, state)
         torch.testing.assert_close(compiled.cache.buffers, plain.cache.buffers)
         torch.testing.assert_close(compiled.last_state, plain.last_state)
         state.lengths += verdict.accepted + 1
+        if rows == 3 and accepted[0] == 3:
+            keep = torch.tensor([0, 2])
+            state.keep(keep)
+            for drafter in (compiled, plain):
+                drafter.keep_rows(keep)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
