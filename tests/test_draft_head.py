@@ -767,11 +767,13 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
                             capture_output=True, text=True, timeout=600)
     assert failed.returncode != 0 and "train_draft_head.sh: fairseq-train failed" in failed.stderr
     assert not (tmp_path / "broken" / ".trained").exists()
-    # a one-slot head is trained with EAGLE's feature loss and drafts three steps per pass
+    # a one-slot head is trained with EAGLE's feature loss, a 256-wide feed-forward block, and drafts three
+    # steps per pass
     one_slot = tmp_path / "one_slot"
     run_script("train_draft_head.sh", *common[:2], one_slot, *common[3:-1], 1, "--", "--max-update", 2)
     state = checkpoint_utils.load_checkpoint_to_cpu(str(one_slot / "checkpoint_last.pt"))
     assert state["cfg"].criterion.state_regression_weight == 10 and state["cfg"].task.block_size == 1
+    assert state["cfg"].model.head_ffn_dim == 256
     # the verifier's states are kept after the first epoch unless the script is told otherwise
     assert state["cfg"].task.keep_verifier_states
     recomputed = tmp_path / "recomputed"
