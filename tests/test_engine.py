@@ -4,13 +4,14 @@ import math
 import random
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pardec_fairseq.decoding.acceptance import (ExactAcceptance, RelaxedAcceptance, build_acceptance, fairseq_top_one,
-                                                in_top_beta_within_tau, in_top_k, within_distance)
+from pardec_fairseq.decoding.acceptance import (ExactAcceptance, RelaxedAcceptance, _accept_top_beta, build_acceptance,
+                                                fairseq_top_one, in_top_beta_within_tau, in_top_k, within_distance)
 from pardec_fairseq.decoding.config import DecodingConfig
 from pardec_fairseq.decoding.drafters import Drafter
 from pardec_fairseq.decoding.drafters.input_copy import InputCopyDrafter
@@ -457,6 +458,44 @@ def test_the_compiled_advance_is_the_vectorised_one(rows, max_len, data):
     assert torch.equal(compiled_done, done) and torch.equal(compiled_lengths, output_lengths)
     for field in ("tokens", "cumulative", "lengths"):
         assert torch.equal(getattr(states[0], field), getattr(states[1], field))
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.integers(1, 4), k=st.integers(1, 5), vocab=st.integers(2, 8), beta=st.integers(1, 4),
+       tau=st.sampled_from([0.0, 0.6, 1.0, math.inf]), min_block_size=st.integers(1, 3), data=st.data())
+def test_the_compiled_top_beta_rule_is_the_vectorised_one(rows, k, vocab, beta, tau, min_block_size, data):
+    """On a CPU GAD++'s rule (and top-k's) is one compiled call: the same kept tokens, verifier's tokens and
+    cumulative scores as its torch operations, with log-probabilities tied, -inf, and short drafts."""
+    level = st.sampled_from([-0.25, -0.5, -1.0, -1.5, -4.0, -math.inf])
+    lprobs = torch.tensor(data.draw(st.lists(st.lists(st.lists(level, min_size=vocab, max_size=vocab), min_size=k + 1,
+                                                      max_size=k + 1), min_size=rows, max_size=rows)))
+    proposal = Proposal(tokens=torch.tensor(data.draw(st.lists(st.lists(st.integers(0, vocab - 1), min_size=k,
+                                                                        max_size=k), min_size=rows, max_size=rows))),
+                        lengths=torch.tensor(data.draw(st.lists(st.integers(0, k), min_size=rows, max_size=rows))))
+    before = torch.tensor(data.draw(st.lists(st.sampled_from([0.0, -2.7, -math.inf]), min_size=rows, max_size=rows)))
+    rule = RelaxedAcceptance(in_top_beta_within_tau(beta, tau), min_block_size)
+    vectorised = rule.accept_vectorised(proposal, lprobs, before)
+    compiled = _accept_top_beta(lprobs.numpy(), proposal.tokens.numpy(), proposal.lengths.numpy(), beta,
+                                np.float32(tau), min_block_size - 1, before.numpy())
+    if compiled is None:  # a drafted token within tau tied the beta-th best: torch's topk decides it
+        tied = [(row, j) for row in range(rows) for j in range(int(proposal.lengths[row]))
+                if (lprobs[row, j] > lprobs[row, j, proposal.tokens[row, j]]).sum() < beta <
+                (lprobs[row, j] >= lprobs[row, j, proposal.tokens[row, j]]).sum()]
+        assert tied
+        compiled = rule.accept(proposal, FixedScores(lprobs), before)
+    else:
+        compiled = Verdict(*(torch.from_numpy(part) for part in compiled))
+    for field in ("accepted", "tokens", "cumulative"):
+        assert torch.equal(getattr(compiled, field), getattr(vectorised, field)), field
+
+
+def test_the_compiled_top_beta_rule_leaves_a_tie_at_the_beta_th_best_to_topk():
+    lprobs = torch.tensor([[[-0.5, -1.0, -1.0, -3.0], [-0.1, -2.0, -3.0, -4.0]]])
+    before = torch.zeros(1)
+    for draft, beta, kept in ((1, 3, 1), (3, 3, 0), (1, 2, None)):  # the two -1.0 are 2nd and 3rd
+        result = _accept_top_beta(lprobs.numpy(), torch.tensor([[draft]]).numpy(), torch.tensor([1]).numpy(), beta,
+                                  np.float32(5.0), 0, before.numpy())
+        assert (result is None) if kept is None else result[0].tolist() == [kept]
 
 
 @settings(max_examples=60, deadline=None)
