@@ -351,8 +351,8 @@ class RelaxedAcceptance:
             raise ValueError("relaxed acceptance (--acceptance other than exact, --min-block-size, gad++) "
                              "takes single drafts, not trees; use --acceptance exact")
         lprobs = scores.all()
-        compiled = lprobs.device.type == "cpu" and lprobs.dtype == cumulative_before.dtype == torch.float32
-        if isinstance(self.passes, TopBetaWithinTau) and compiled and lprobs.size(1) == proposal.tokens.size(1) + 1:
+        cpu_float32 = lprobs.device.type == "cpu" and lprobs.dtype == cumulative_before.dtype == torch.float32
+        if isinstance(self.passes, TopBetaWithinTau) and cpu_float32 and lprobs.size(1) == proposal.tokens.size(1) + 1:
             # one compiled call: the torch operations took 0.24-0.29 ms of a 1.5 ms GAD++ pass on the Zen 4
             # VM, this call 0.04-0.06
             verdict = _accept_top_beta(lprobs.contiguous().numpy(), proposal.tokens.contiguous().numpy(),
