@@ -1,9 +1,14 @@
 """The pass-cost probe times verifier passes of growing width on a trained tiny model."""
 import re
 
-import pytest
+from argparse import Namespace
 
-from pardec_fairseq.cli.pass_cost import main
+import pytest
+import torch
+
+from pardec_fairseq.cli.loading import load_task_and_models
+from pardec_fairseq.cli.pass_cost import limits_decoder, main, pass_floor
+from pardec_fairseq.decoding.options import DecodingOptions
 
 
 PATH_COLUMNS = r" [\d.]+ \| ([\d.]+)x \| [\d.]+ \| ([\d.]+)x \|"
@@ -28,3 +33,42 @@ def test_pass_cost_refuses_widths_beyond_the_model_positions(toy_experiment):
     with pytest.raises(SystemExit, match="exceed the model's"):
         main([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
               "--tokens", "2000"])
+
+
+def test_a_pass_floor_is_its_bytes_at_the_bandwidth_or_its_multiply_adds_at_the_peak():
+    assert pass_floor(weight_bytes=1000, multiply_adds=10, tokens=1, bandwidth=100.0, peak=50.0) == 10.0
+    assert pass_floor(weight_bytes=1000, multiply_adds=10, tokens=600, bandwidth=100.0, peak=50.0) == 120.0
+
+
+def test_pass_cost_limits_report_the_machine_and_each_width_floor(toy_experiment, capsys):
+    main([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
+          "--sentences", "2", "--tokens", "2", "8", "--prefix", "4", "--repeats", "2", "--verifiers", "fast",
+          "--limits"])
+    output = capsys.readouterr().out
+    limits = re.search(r"peak ([\d.]+) G multiply-adds/s .*: ([\d.]+) MB of weights, ([\d.]+) M multiply-adds a token; "
+                       r"one row through them ([\d.]+) ms in cache \(([\d.]+) GB/s\), ([\d.]+) ms from memory", output)
+    assert limits, output
+    peak, megabytes, multiply_adds, cache_ms, bandwidth, memory_ms = (float(value) for value in limits.groups())
+    assert peak > 0 and megabytes > 0 and multiply_adds > 0 and memory_ms > 0
+    assert bandwidth == pytest.approx(megabytes * 2 ** 20 / (cache_ms / 1000) / 1e9, rel=0.02)
+    rows = re.findall(r"^\| (\d+) \| ([\d.]+) \| ([\d.]+)x \| ([\d.]+) \| ([\d.]+)x \| ([\d.]+) \| ([\d.]+)x \|$",
+                      output, re.M)
+    assert [int(row[0]) for row in rows] == [1, 2, 8]
+    # one token: its products' cost in cache is the floor in cache, by the bandwidth's definition
+    assert rows[0][2:] == ("1.00", rows[0][1], "1.00", rows[0][5], "1.00")
+    assert float(rows[0][1]) == pytest.approx(cache_ms, abs=0.0015, rel=0.01)
+    assert float(rows[0][5]) == pytest.approx(memory_ms, abs=0.0015, rel=0.01)
+    for tokens, _, _, floor, _, _, _ in rows:  # the floor in cache: the weights' bytes or the multiply-adds
+        expected = max(cache_ms, int(tokens) * multiply_adds * 1e6 / (peak * 1e9) * 1000)
+        assert float(floor) == pytest.approx(expected, abs=0.0015, rel=0.02)
+    assert [float(row[3]) for row in rows] == sorted(float(row[3]) for row in rows)
+
+
+
+def test_pass_cost_limits_refuse_a_decoder_off_the_vector_kernel(toy_experiment):
+    args = Namespace(data=str(toy_experiment["data"]), path=str(toy_experiment["checkpoint"]), source_lang="src",
+                     target_lang="tgt")
+    task, models = load_task_and_models(args, torch.device("cpu"))
+    options = DecodingOptions.from_generation_args(Namespace(), "pass-cost")
+    with pytest.raises(SystemExit, match="--limits times the fast path's products"):
+        limits_decoder([model.double() for model in models], task, options)

@@ -9,17 +9,23 @@ one-token pass. With every drafted token accepted an algorithm can be at most (n
 times faster than greedy decoding, less the encoder's share, which no algorithm here shortens. The
 ``arithmetic`` path times the fast path's compiled calls alone (its decoder layers and its
 projection, on a CPU in float32): the pass with the engine's bookkeeping stripped, what a pass
-cannot cost less than on this machine.
+cannot cost less than on this machine. ``--limits`` measures the machine itself (``MachineLimits``):
+the peak rate of the vector kernel's multiply-adds and the bandwidth at which one row reads the
+verifier's weights, in cache and from memory, and from them the floor of an n-token pass (its bytes at
+that bandwidth, or its multiply-adds at the peak, whichever takes longer).
 """
+import math
 import statistics
 import time
 from argparse import Namespace
 
+import numba
 import numpy as np
 import torch
 
 from pardec_fairseq.cli.bench_report import hardware
 from pardec_fairseq.cli.loading import load_task_and_models, model_and_data_parser
+from pardec_fairseq.decoding import vector_kernels
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.registry import build_verifier
 
@@ -58,6 +64,104 @@ class CompiledArithmetic:
 
     def rollback(self, cache, valid, kept, new_columns):
         """A chain needs none: the next pass writes over the columns."""
+
+
+@numba.njit(cache=True, nogil=True)
+def _products_once(rows, panels, biases, columns):
+    """Product ``i`` (``panels[i]``, ``biases[i]``, ``columns[i]``) of ``rows[i]``, each once, in order."""
+    for i in range(len(panels)):
+        vector_kernels.product(rows[i], panels[i], biases[i], columns[i])
+
+
+def pass_floor(weight_bytes: int, multiply_adds: int, tokens: int, bandwidth: float, peak: float) -> float:
+    """Seconds an n-token pass cannot beat: its weights read once at ``bandwidth`` (bytes/s) or its
+    multiply-adds (``multiply_adds`` a token) at ``peak`` (per second), whichever takes longer."""
+    return max(weight_bytes / bandwidth, tokens * multiply_adds / peak)
+
+
+class MachineLimits:
+    """What this machine does with the fast path's products, measured with the project's vector kernel
+    (float32, the threads torch is told to use), each the best of several runs: what the machine can do
+    when nothing else gets in its way. The peak: the kernel's rate of multiply-adds,
+    16 rows by a (256, 1024) weight (16 multiply-adds per weight read: arithmetic-bound). The bandwidth:
+    one row through the verifier's own products (its decoder layers', then the projection), in cache
+    (back to back, again and again: weights that fit stay in the last-level cache) and from memory
+    (each time after reading a buffer eight times their size, at most 1 GB). ``products_seconds[n]``: n rows through
+    them in cache, the kernel's cost of an n-token pass's matrix work, beside its floor ``pass_floor``."""
+
+    PEAK_ROWS, PEAK_SHAPE = 16, (256, 1024)
+
+    def __init__(self, decoder, token_counts, repeats: int):
+        parts = [product for layer in decoder.layers for product in
+                 [layer.qkv, layer.self_out] + ([layer.enc_q, layer.enc_out] if layer.encoder_attention else [])
+                 + [layer.fc1, layer.fc2]]
+        parts += [product for product in (decoder.project_in, decoder.project_out) if product is not None]
+        parts.append(decoder.output)
+        self.products = len(parts)
+        self.panels = tuple(part.panels for part in parts)
+        self.biases = tuple(part.panel_bias for part in parts)
+        self.columns = np.array([part.columns for part in parts], dtype=np.int64)
+        self.depths = [part.weight.size(0) for part in parts]
+        self.weight_bytes = sum(panels.nbytes for panels in self.panels)
+        self.multiply_adds = sum(depth * columns for depth, columns in zip(self.depths, self.columns))
+        rng = np.random.default_rng(0)
+        self.rows = {n: tuple(rng.standard_normal((n, depth), dtype=np.float32) for depth in self.depths)
+                     for n in token_counts}
+        self.peak = self._peak(rng, 10 * repeats)
+        cycles = 10 * repeats
+        self.products_seconds = {n: self._cycle(n, cycles) for n in token_counts}
+        self.bandwidth = self.weight_bytes / self.products_seconds[1]
+        sweep = np.ones(min(max(8 * self.weight_bytes, 1 << 20), 1 << 30) // 4, dtype=np.float32)
+        self.memory_seconds = min(self._timed(1, before=sweep.sum) for _ in range(cycles))
+        self.memory_bandwidth = self.weight_bytes / self.memory_seconds
+
+    def _peak(self, rng, calls: int) -> float:
+        depth, columns = self.PEAK_SHAPE
+        panels = vector_kernels.pack(rng.standard_normal((depth, columns), dtype=np.float32))
+        bias = vector_kernels.pack_bias(None, columns)
+        x = rng.standard_normal((self.PEAK_ROWS, depth), dtype=np.float32)
+        best = math.inf
+        for _ in range(calls + 1):
+            start = time.perf_counter()
+            vector_kernels.product(x, panels, bias, columns)
+            best = min(best, time.perf_counter() - start)
+        return self.PEAK_ROWS * depth * columns / best
+
+    def _timed(self, n: int, before=None) -> float:
+        if before is not None:
+            before()
+        start = time.perf_counter()
+        _products_once(self.rows[n], self.panels, self.biases, self.columns)
+        return time.perf_counter() - start
+
+    def _cycle(self, n: int, cycles: int) -> float:
+        """The best of ``cycles`` runs of n rows through every product, back to back (after as many
+        unmeasured ones, so that whatever fits is in cache)."""
+        for _ in range(cycles):
+            self._timed(n)
+        return min(self._timed(n) for _ in range(cycles))
+
+    def floor(self, tokens: int, bandwidth: float) -> float:
+        return pass_floor(self.weight_bytes, self.multiply_adds, tokens, bandwidth, self.peak)
+
+    def report(self) -> str:
+        """The limits and, per n, the products' cost in cache beside the floors, each against 1 token."""
+        lines = [f"Machine limits (the vector kernel, float32): peak {self.peak / 1e9:.1f} G multiply-adds/s "
+                 f"({self.PEAK_ROWS} rows x {self.PEAK_SHAPE}); the verifier's {self.products} products: "
+                 f"{self.weight_bytes / 2 ** 20:.3g} MB of weights, {self.multiply_adds / 1e6:.3g} M multiply-adds "
+                 f"a token; one row through them {1000 * self.products_seconds[1]:.3g} ms in cache "
+                 f"({self.bandwidth / 1e9:.3g} GB/s), {1000 * self.memory_seconds:.3g} ms from memory "
+                 f"({self.memory_bandwidth / 1e9:.3g} GB/s)", "",
+                 "| new tokens | products in cache ms | vs 1 token | floor in cache ms | vs 1 token "
+                 "| floor from memory ms | vs 1 token |", "|---:|---:|---:|---:|---:|---:|---:|"]
+        for n, seconds in self.products_seconds.items():
+            cache, memory = self.floor(n, self.bandwidth), self.floor(n, self.memory_bandwidth)
+            lines.append(f"| {n} | {1000 * seconds:.3f} | {seconds / self.products_seconds[1]:.2f}x "
+                         f"| {1000 * cache:.3f} | {cache / self.floor(1, self.bandwidth):.2f}x "
+                         f"| {1000 * memory:.3f} | {memory / self.floor(1, self.memory_bandwidth):.2f}x |")
+        lines += ["", "A pass of n tokens that keeps a of them (its first included) can be at most a / (its floor "
+                  "against 1 token) times as fast per token as greedy decoding at greedy's own floor."]
+        return "\n".join(lines)
 
 
 def time_pass(verifier, cache, tokens, first_index, max_len, project):
@@ -107,6 +211,10 @@ def parse_args(argv=None):
                         choices=["fast", "fairseq", "arithmetic"],
                         help="verifier paths to time (--verifier of the task), and 'arithmetic': the fast path's "
                         "compiled calls alone (layers and projection, the pass without the bookkeeping around them)")
+    parser.add_argument("--limits", action="store_true",
+                        help="measure the machine's limits too: the vector kernel's peak multiply-adds, the bandwidth "
+                        "of one row through the verifier's products in cache and from memory, and the floor of each "
+                        "n-token pass (the fast path's products on a CPU in float32)")
     return parser.parse_args(argv)
 
 
@@ -148,6 +256,19 @@ def main(argv=None):
             row += (f" {1000 * layers[n]:.2f} | {layers[n] / layers[1]:.2f}x | {1000 * projected[n]:.2f} "
                     f"| {projected[n] / projected[1]:.2f}x |")
         print(row)
+    if args.limits:
+        print()
+        print(MachineLimits(limits_decoder(models, task, options), token_counts, args.repeats).report())
+
+
+def limits_decoder(models, task, options):
+    """The fast path's decoder whose products ``MachineLimits`` times (refused where it has none)."""
+    verifier = build_verifier("fast", models, task.target_dictionary, options)
+    decoder = verifier.fast_decoders[0]
+    if decoder.own_output_layer or not decoder.output.on_kernel:
+        raise SystemExit("error: --limits times the fast path's products on the vector kernel, which this model's "
+                         "decoder does not run (they need a CPU, float32 and fairseq's own output layer)")
+    return decoder
 
 if __name__ == "__main__":
     main()
