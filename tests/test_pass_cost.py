@@ -1,6 +1,5 @@
 """The pass-cost probe times verifier passes of growing width on a trained tiny model."""
 import re
-
 from argparse import Namespace
 
 import pytest
@@ -62,7 +61,6 @@ def test_pass_cost_limits_report_the_machine_and_each_width_floor(toy_experiment
         expected = max(cache_ms, int(tokens) * multiply_adds * 1e6 / (peak * 1e9) * 1000)
         assert float(floor) == pytest.approx(expected, abs=0.0015, rel=0.02)
     assert [float(row[3]) for row in rows] == sorted(float(row[3]) for row in rows)
-
 
 
 def test_pass_cost_limits_refuse_a_decoder_off_the_vector_kernel(toy_experiment):
