@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from pardec_fairseq.cli.loading import load_task_and_models
-from pardec_fairseq.cli.pass_cost import limits_decoder, main, pass_floor
+from pardec_fairseq.cli.pass_cost import kernel_decoder, main, pass_floor
 from pardec_fairseq.decoding.options import DecodingOptions
+from pardec_fairseq.decoding.registry import build_verifier
 
 
 PATH_COLUMNS = r" [\d.]+ \| ([\d.]+)x \| [\d.]+ \| ([\d.]+)x \|"
@@ -63,10 +64,18 @@ def test_pass_cost_limits_report_the_machine_and_each_width_floor(toy_experiment
     assert [float(row[3]) for row in rows] == sorted(float(row[3]) for row in rows)
 
 
-def test_pass_cost_limits_refuse_a_decoder_off_the_vector_kernel(toy_experiment):
+@pytest.mark.parametrize("option, compiled, timed", [("--limits", False, "products"),
+                                                     ("--verifiers arithmetic", True, "compiled calls")])
+@pytest.mark.parametrize("off_the_kernel", ["float64", "fairseq path"])
+def test_pass_cost_refuses_a_decoder_off_the_vector_kernel(toy_experiment, off_the_kernel, option, compiled, timed):
     args = Namespace(data=str(toy_experiment["data"]), path=str(toy_experiment["checkpoint"]), source_lang="src",
                      target_lang="tgt")
     task, models = load_task_and_models(args, torch.device("cpu"))
+    if off_the_kernel == "float64":
+        models = [model.double() for model in models]
+    else:  # an option the fast path does not reproduce: --verifier fast falls back to the fairseq path
+        models[0].decoder.layers[0].self_attn.add_zero_attn = True
     options = DecodingOptions.from_generation_args(Namespace(), "pass-cost")
-    with pytest.raises(SystemExit, match="--limits times the fast path's products"):
-        limits_decoder([model.double() for model in models], task, options)
+    verifier = build_verifier("fast", models, task.target_dictionary, options)
+    with pytest.raises(SystemExit, match=f"{option} times the fast path's {timed}"):
+        kernel_decoder(verifier, option, compiled)

@@ -27,6 +27,7 @@ from pardec_fairseq.cli.bench_report import hardware
 from pardec_fairseq.cli.loading import load_task_and_models, model_and_data_parser
 from pardec_fairseq.decoding import vector_kernels
 from pardec_fairseq.decoding.options import DecodingOptions
+from pardec_fairseq.decoding.fast_verifier import FastVerifier
 from pardec_fairseq.decoding.registry import build_verifier
 
 
@@ -37,16 +38,26 @@ class _Projection:
         self.all = project
 
 
+def kernel_decoder(verifier, option: str, compiled: bool = False):
+    """The fast path's first decoder, whose products (with ``compiled``, its compiled calls) ``option``
+    times on the vector kernel; refused with a message where the model runs none there (a model the fast
+    path falls back to the fairseq path for, another output layer, not a CPU in float32)."""
+    decoder = verifier.fast_decoders[0] if isinstance(verifier, FastVerifier) else None
+    if decoder is None or (compiled and decoder.compiled is None) or decoder.own_output_layer \
+            or not decoder.output.on_kernel:
+        raise SystemExit(f"error: {option} times the fast path's {'compiled calls' if compiled else 'products'} "
+                         "on the vector kernel, which this model does not run (they need the fast path, a CPU, "
+                         "float32 and fairseq's own output layer)")
+    return decoder
+
+
 class CompiledArithmetic:
     """The fast path's compiled calls alone, on the fast verifier's cache: its decoder layers over the
     new tokens' inputs and the projection of their outputs, none of the embedding, the log-probabilities
     or the engine's bookkeeping around them (one model, one row)."""
 
     def __init__(self, fast_verifier):
-        decoder = fast_verifier.fast_decoders[0]
-        if decoder.compiled is None or decoder.own_output_layer or not decoder.output.on_kernel:
-            raise SystemExit("error: --verifiers arithmetic times the fast path's compiled calls, which this "
-                             "model does not run (they need a CPU, float32 and fairseq's own layers)")
+        decoder = kernel_decoder(fast_verifier, "--verifiers arithmetic", compiled=True)
         self.fast, self.decoder = fast_verifier, decoder
         self.inputs = np.random.default_rng(0).standard_normal((self.fast.max_decoder_positions(),
                                                                 decoder.embed_tokens.size(1)), dtype=np.float32)
@@ -107,8 +118,8 @@ class MachineLimits:
         rng = np.random.default_rng(0)
         self.rows = {n: tuple(rng.standard_normal((n, depth), dtype=np.float32) for depth in self.depths)
                      for n in token_counts}
-        self.peak = self._peak(rng, 10 * repeats)
         cycles = 10 * repeats
+        self.peak = self._peak(rng, cycles)
         self.products_seconds = {n: self._cycle(n, cycles) for n in token_counts}
         self.bandwidth = self.weight_bytes / self.products_seconds[1]
         sweep = np.ones(min(max(8 * self.weight_bytes, 1 << 20), 1 << 30) // 4, dtype=np.float32)
@@ -154,11 +165,12 @@ class MachineLimits:
                  f"({self.memory_bandwidth / 1e9:.3g} GB/s)", "",
                  "| new tokens | products in cache ms | vs 1 token | floor in cache ms | vs 1 token "
                  "| floor from memory ms | vs 1 token |", "|---:|---:|---:|---:|---:|---:|---:|"]
+        one_in_cache, one_from_memory = self.floor(1, self.bandwidth), self.floor(1, self.memory_bandwidth)
         for n, seconds in self.products_seconds.items():
             cache, memory = self.floor(n, self.bandwidth), self.floor(n, self.memory_bandwidth)
             lines.append(f"| {n} | {1000 * seconds:.3f} | {seconds / self.products_seconds[1]:.2f}x "
-                         f"| {1000 * cache:.3f} | {cache / self.floor(1, self.bandwidth):.2f}x "
-                         f"| {1000 * memory:.3f} | {memory / self.floor(1, self.memory_bandwidth):.2f}x |")
+                         f"| {1000 * cache:.3f} | {cache / one_in_cache:.2f}x "
+                         f"| {1000 * memory:.3f} | {memory / one_from_memory:.2f}x |")
         lines += ["", "A pass of n tokens that keeps a of them (its first included) can be at most a / (its floor "
                   "against 1 token) times as fast per token as greedy decoding at greedy's own floor."]
         return "\n".join(lines)
@@ -233,6 +245,13 @@ def main(argv=None):
     verifiers = {kind: CompiledArithmetic(build_verifier("fast", models, task.target_dictionary, options))
                  if kind == "arithmetic" else build_verifier(kind, models, task.target_dictionary, options)
                  for kind in args.verifiers}
+    limits_decoder = None
+    if args.limits:  # refused before the timings, on a fast verifier already built where there is one
+        fast = next((verifier.fast if isinstance(verifier, CompiledArithmetic) else verifier
+                     for verifier in verifiers.values() if isinstance(verifier, (CompiledArithmetic, FastVerifier))),
+                    None)
+        limits_decoder = kernel_decoder(fast or build_verifier("fast", models, task.target_dictionary, options),
+                                        "--limits")
     positions = next(iter(verifiers.values())).max_decoder_positions()
     if args.prefix + max(args.tokens) >= positions:
         raise SystemExit(f"error: --prefix {args.prefix} plus {max(args.tokens)} tokens exceed the model's "
@@ -256,19 +275,9 @@ def main(argv=None):
             row += (f" {1000 * layers[n]:.2f} | {layers[n] / layers[1]:.2f}x | {1000 * projected[n]:.2f} "
                     f"| {projected[n] / projected[1]:.2f}x |")
         print(row)
-    if args.limits:
+    if limits_decoder is not None:
         print()
-        print(MachineLimits(limits_decoder(models, task, options), token_counts, args.repeats).report())
-
-
-def limits_decoder(models, task, options):
-    """The fast path's decoder whose products ``MachineLimits`` times (refused where it has none)."""
-    verifier = build_verifier("fast", models, task.target_dictionary, options)
-    decoder = verifier.fast_decoders[0]
-    if decoder.own_output_layer or not decoder.output.on_kernel:
-        raise SystemExit("error: --limits times the fast path's products on the vector kernel, which this model's "
-                         "decoder does not run (they need a CPU, float32 and fairseq's own output layer)")
-    return decoder
+        print(MachineLimits(limits_decoder, token_counts, args.repeats).report())
 
 if __name__ == "__main__":
     main()
