@@ -39,9 +39,19 @@ def test_bench_reports_every_generator(toy_experiment, tmp_path, capsys):
     assert rows["fairseq-beam5"]["iterations"] is None
     assert all(row["speedup_vs_greedy"] > 0 and "gleu" in row for row in rows.values())
     assert len(rows["greedy"]["per_batch_speedup_vs_greedy"]) == 8  # ceil(30 / 4) batches
+    # the issues' targets are against the plugin's greedy search: the ratio over all repetitions and each one's
+    assert rows["greedy"]["speedup_vs_plugin_greedy"] == 1.0
+    assert rows["greedy"]["speedup_vs_plugin_greedy_by_repetition"] == [1.0, 1.0]
+    for name, row in rows.items():
+        assert row["speedup_vs_plugin_greedy"] == pytest.approx(rows["greedy"]["seconds"] / row["seconds"])
+        low, high = sorted(row["speedup_vs_plugin_greedy_by_repetition"])
+        assert low <= row["speedup_vs_plugin_greedy"] <= high  # the whole run's ratio lies between its repetitions'
     assert (tmp_path / "toy.png").stat().st_size > 0
     table = (tmp_path / "toy.md").read_text()
     assert "| greedy |" in table and "BLEU signature" in capsys.readouterr().out
+    assert "speedup vs fairseq-beam5 | vs plugin greedy |" in table and "| 1.00x (1.00-1.00) |" in table
+    ratios = rows["retrieval"]["speedup_vs_plugin_greedy_by_repetition"]
+    assert f"x ({min(ratios):.2f}-{max(ratios):.2f}) |" in table.split("| retrieval |")[1].split("\n")[0]
 
 
 def test_bench_runs_every_generator_at_each_thread_count_beside_ctranslate2(toy_experiment, tmp_path):
@@ -64,6 +74,13 @@ def test_bench_runs_every_generator_at_each_thread_count_beside_ctranslate2(toy_
     fastest_greedy = min(rows["fairseq-greedy @1t"]["seconds"], rows["fairseq-greedy @2t"]["seconds"])
     assert max(rows["fairseq-greedy @1t"]["speedup_vs_greedy"], rows["fairseq-greedy @2t"]["speedup_vs_greedy"]) == 1.0
     assert rows["greedy @1t"]["speedup_vs_greedy"] == pytest.approx(fastest_greedy / rows["greedy @1t"]["seconds"])
+    # the plugin's greedy search at its fastest thread count; another greedy variant is not it
+    fastest_plugin_greedy = min(rows["greedy @1t"]["seconds"], rows["greedy @2t"]["seconds"])
+    assert rows["ct2-int8 @1t"]["speedup_vs_plugin_greedy"] == \
+        pytest.approx(fastest_plugin_greedy / rows["ct2-int8 @1t"]["seconds"])
+    assert max(rows["greedy @1t"]["speedup_vs_plugin_greedy"], rows["greedy @2t"]["speedup_vs_plugin_greedy"]) == 1.0
+    assert rows["greedy:verifier=fairseq @1t"]["speedup_vs_plugin_greedy_by_repetition"] == \
+        [pytest.approx(rows["greedy:verifier=fairseq @1t"]["speedup_vs_plugin_greedy"])]  # one repetition
     assert "@Nt`: the row ran with N CPU threads" in (tmp_path / "t.md").read_text()
 
 
@@ -86,6 +103,9 @@ def test_bench_reports_speedup_by_edit_ratio_at_batch_size_one(toy_experiment, t
     assert sum(entry["sentences"] for entry in bins) == 12
     assert all(entry["iad"] > 0 and entry["gs-jacobi"] > 0 for entry in bins)
     assert "| edit ratio | sentences | fairseq-beam5 | iad | gs-jacobi |" in (tmp_path / "er.md").read_text()
+    # without the plugin's greedy search among the rows there is nothing to compare with
+    assert "vs plugin greedy" not in (tmp_path / "er.md").read_text()
+    assert not any("speedup_vs_plugin_greedy" in row for row in rows.values())
     assert (tmp_path / "er_edit_ratio.png").stat().st_size > 0
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import sacrebleu
 from fairseq.data import encoders
 
-from pardec_fairseq.cli.bench_runs import FAIRSEQ_GREEDY, base_name, fairseq_beam_name
+from pardec_fairseq.cli.bench_runs import FAIRSEQ_GREEDY, PLUGIN_GREEDY, base_name, fairseq_beam_name
 
 
 def detokenizer(args):
@@ -65,10 +65,15 @@ def summarize(runs, args, tgt_dict):
     def batch_means(run):
         return np.mean(run.batch_seconds, axis=1)
 
-    def fastest(name):  # a baseline at its best thread count
-        return min((run for run in runs if base_name(run.name) == name), key=lambda run: batch_means(run).sum())
+    def repetition_seconds(run):  # [repetitions]: each timed pass over the data on its own
+        return np.sum(run.batch_seconds, axis=0)
+
+    def fastest(name, plugin=False):  # a baseline at its best thread count
+        return min((run for run in runs if base_name(run.name) == name and run.plugin == plugin),
+                   key=lambda run: batch_means(run).sum(), default=None)
 
     greedy, beam = fastest(FAIRSEQ_GREEDY), fastest(fairseq_beam_name(args.beam))
+    plugin_greedy = fastest(PLUGIN_GREEDY, plugin=True)
 
     rows = []
     for run in runs:
@@ -89,6 +94,10 @@ def summarize(runs, args, tgt_dict):
             "speedup_vs_beam": float(batch_means(beam).sum()) / seconds,
             "per_batch_speedup_vs_greedy": (batch_means(greedy) / batch_means(run)).tolist(),
         }
+        if plugin_greedy is not None:  # the issues' yardstick, and each repetition's own ratio (the machine's noise)
+            row["speedup_vs_plugin_greedy"] = float(batch_means(plugin_greedy).sum()) / seconds
+            row["speedup_vs_plugin_greedy_by_repetition"] = \
+                (repetition_seconds(plugin_greedy) / repetition_seconds(run)).tolist()
         row.update(iteration_counts(run, row["tokens"]))
         if args.gec:
             row["gleu"] = round(gleu_score(sources, references, texts), 2)

@@ -29,13 +29,16 @@ def hardware(device):
 def markdown_table(rows, args, meta):
     beam = fairseq_beam_name(args.beam)
     gleu = " GLEU |" if args.gec else ""
+    against_plugin = "speedup_vs_plugin_greedy" in rows[0]
     lines = [
         f"Benchmark {meta['date']} on {meta['hardware']}: {meta['sentences']} sentences of "
         f"`{meta['subset']}`, batch size {args.batch_size}, {args.repetitions} interleaved repetitions.",
         "",
         f"| algorithm | BLEU |{gleu} identical to greedy | iterations | tokens / iteration | passes with a draft "
-        f"| sentences / s | ms / token | speedup vs greedy | speedup vs {beam} |",
-        "|---|---:|" + ("---:|" if args.gec else "") + "---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| sentences / s | ms / token | speedup vs greedy | speedup vs {beam} |"
+        + (" vs plugin greedy |" if against_plugin else ""),
+        "|---|---:|" + ("---:|" if args.gec else "") + "---:|---:|---:|---:|---:|---:|---:|---:|"
+        + ("---:|" if against_plugin else ""),
     ]
     for row in rows:
         iterations = "–" if row["iterations"] is None else str(row["iterations"])
@@ -45,14 +48,25 @@ def markdown_table(rows, args, meta):
         lines.append(
             f"| {row['algorithm']} | {row['bleu']:.2f} |{gleu_cell} {100 * row['identical_to_greedy']:.1f}% "
             f"| {iterations} | {accepted} | {drafting} | {row['sentences_per_second']:.2f} | {row['ms_per_token']:.2f} "
-            f"| {row['speedup_vs_greedy']:.2f}x | {row['speedup_vs_beam']:.2f}x |")
+            f"| {row['speedup_vs_greedy']:.2f}x | {row['speedup_vs_beam']:.2f}x |"
+            + (f" {against_plugin_greedy(row)} |" if against_plugin else ""))
     lines += ["", f"BLEU signature: `{rows[0]['bleu_signature']}`"]
     if len({base_name(row["algorithm"]) for row in rows}) < len(rows):
         lines += ["", "`@Nt`: the row ran with N CPU threads; speedups are against fairseq greedy and beam search "
                   "each at its fastest thread count."]
+    if against_plugin and args.repetitions > 1:
+        lines += ["", "vs plugin greedy: against the plugin's `greedy` row, over all repetitions (in brackets the "
+                  "lowest and highest ratio of a single repetition)."]
     if meta.get("ctranslate2_note"):
         lines += ["", f"No CTranslate2 rows: {meta['ctranslate2_note']}"]
     return "\n".join(lines) + "\n"
+
+
+def against_plugin_greedy(row):
+    """A row's speedup over the plugin's greedy search, with the range of its repetitions where there are several."""
+    ratios = row["speedup_vs_plugin_greedy_by_repetition"]
+    spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
+    return f"{row['speedup_vs_plugin_greedy']:.2f}x{spread}"
 
 
 def profile_table(profiles):

@@ -18,6 +18,8 @@ from pardec_fairseq.decoding.stats import DecodingStats
 
 
 FAIRSEQ_GREEDY = "fairseq-greedy"
+# the plugin's own greedy search, which drafting algorithms are meant to beat (issue targets are against it)
+PLUGIN_GREEDY = "greedy"
 
 
 def fairseq_beam_name(beam):
