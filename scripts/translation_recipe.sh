@@ -8,14 +8,15 @@
 # OPTIONS: those of scripts/recipe_options.sh; --raw-dir DIR and --bpe-merges N for prepare.sh (with
 # --bpe-merges, data and models go to data/NAME_bpe<N>/ and runs/NAME_bpe<N>/); --draft-head with
 # --head-minutes M (60), --head-block-size K (1: a one-slot head drafting 3 steps), --head-layers L (1),
-# --head-draft-vocab N (0: all words; see train_draft_head.sh --draft-vocab), --head-algorithms "..." (gad;
+# --head-draft-vocab N (0: all words; see train_draft_head.sh --draft-vocab), --head-distill-beam B (1: the
+# head learns the Transformer's greedy outputs; B > 1: its beam-B outputs, for gad++), --head-algorithms "..." (gad;
 # with K > 1 "gad:refine=ngram,refine-drafts=4" chooses drafts from the head's top-4 lattice by an n-gram
 # model of the training targets), --head-compare (also GAD's block drafter and frozen BPD heads,
 # --compare-block-size K (4) slots, trained as long, each benchmarked).
 # Outputs: data/NAME/, runs/NAME/<NAME option, default the preset>/ (checkpoints, train.log,
 # bench_b<B>.{md,json,png}; with --draft-head self_distilled/ and head_k<K>_l<L>[_v<N>]_m<M>/).
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n 2,16p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,17p "$0" >&2; exit 2; }
 recipe=$1 src=$2 tgt=$3; shift 3
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 default_preset=base
@@ -29,7 +30,8 @@ while [ $# -gt 0 ]; do
     --raw-dir) prepare_options+=(--raw-dir "$2"); shift 2 ;;
     --bpe-merges) prepare_options+=(--bpe-merges "$2"); data_name="${recipe}_bpe$2"; shift 2 ;;
     --draft-head) draft_head=1; shift ;;
-    --head-minutes | --head-block-size | --head-layers | --head-draft-vocab | --head-algorithms | --compare-block-size)
+    --head-minutes | --head-block-size | --head-layers | --head-draft-vocab | --head-distill-beam | --head-algorithms \
+      | --compare-block-size)
       head_options+=("$1" "$2"); shift 2 ;;
     --head-compare) head_options+=("$1"); shift ;;
     *) shared+=("$1"); shift ;;

@@ -824,3 +824,25 @@ def test_draft_head_recipe_trains_the_head_and_compares_the_three_drafters(toy_e
     unknown = subprocess.run(["bash", str(REPO / "scripts" / "draft_head_recipe.sh"), str(toy_experiment["data"]),
                               str(save), "--minutes", "5"], capture_output=True, text=True, timeout=60)
     assert unknown.returncode == 2 and "draft_head_recipe.sh: unknown option --minutes" in unknown.stderr
+
+
+@pytest.mark.slow
+def test_draft_head_recipe_with_head_distill_beam_learns_the_verifiers_beam_search(toy_experiment, tmp_path):
+    """``--head-distill-beam 2`` (a head for gad++): the head learns the verifier's beam-2 outputs of the
+    training and valid sets, distilled into their own folder, and its folder says so; no beam size is refused."""
+    save = tmp_path / "verifier"
+    run_script("train_transformer.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt", "--preset", "cpu",
+               "--", "--max-update", 2)
+    output = run_script("draft_head_recipe.sh", toy_experiment["data"], save, "-s", "src", "-t", "tgt",
+                        "--references", toy_experiment["root"] / "test.tgt", "--head-minutes", 0.05,
+                        "--head-distill-beam", 2, "--no-bench")
+    targets = save / "beam2_distilled"
+    assert (targets / ".done").exists() and not (save / "self_distilled").exists(), output
+    for split in ("train", "valid"):
+        assert "with beam=2:" in (targets / "text" / f"{split}.generate.log").read_text()
+    head = checkpoint_utils.load_checkpoint_to_cpu(str(save / "head_k1_l1_b2_m0.05" / "checkpoint_last.pt"))
+    assert head["cfg"]["task"].data == str(targets)
+    refused = subprocess.run(["bash", str(REPO / "scripts" / "draft_head_recipe.sh"), str(toy_experiment["data"]),
+                              str(save), "-s", "src", "-t", "tgt", "--references", "ref", "--head-distill-beam", "0"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--head-distill-beam takes a beam size" in refused.stderr

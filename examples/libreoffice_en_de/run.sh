@@ -12,7 +12,7 @@
 #       [--gad [--distill-beam 5] [--verifier-minutes 20] [--drafter-minutes 30] [--block-size 10]
 #        [--context-window 0] [--soft-copy] [--gad-algorithms "gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"]]
 #       [--draft-head [--head-minutes 60] [--head-block-size 1] [--head-layers 1] [--head-draft-vocab 4096]
-#        [--head-compare [--compare-block-size 4]]]
+#        [--head-distill-beam 1] [--head-compare [--compare-block-size 4]]]
 # Training options are those of scripts/train_transformer.sh (default: cpu preset, 60 minutes).
 # Outputs go to runs/libreoffice_en_de/<NAME, default the preset>/: checkpoints, train.log and
 # bench_b<batch size>.{md,json,png}; with --gad also distilled_beam<B>/ (the distilled data),
@@ -22,7 +22,9 @@
 # head_k<K>_l<L>_v<N>_m<M>/bench_b<batch size>.{md,json,png} (head_k<K>_l<L>_m<M>/ with
 # --head-draft-vocab 0: a head drafting among all words rather than the 4,096 most frequent); with
 # --head-compare also block_nat_k<K>_m<M>/ and bpd_k<K>_m<M>/: GAD's block drafter and frozen BPD heads
-# trained as long on the same outputs, each with its benchmark (scripts/draft_head_recipe.sh).
+# trained as long on the same outputs, each with its benchmark (scripts/draft_head_recipe.sh); with
+# --head-distill-beam B > 1 they learn the Transformer's beam-B outputs instead (beam<B>_distilled/, folders
+# ..._b<B>_m<M>/: a head for gad++).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 default_algorithms="greedy jacobi gs-jacobi hybrid-jacobi"
@@ -36,7 +38,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --gad) gad=1; shift ;;
     --draft-head) draft_head=1; shift ;;
-    --head-minutes | --head-block-size | --head-layers | --head-draft-vocab | --compare-block-size)
+    --head-minutes | --head-block-size | --head-layers | --head-draft-vocab | --head-distill-beam \
+      | --compare-block-size)
       head_options+=("$1" "$2"); shift 2 ;;
     --head-compare) head_options+=("$1"); shift ;;
     --distill-beam) distill_beam=$2; shift 2 ;;
