@@ -10,7 +10,7 @@
 #       [--max-tokens N] [--nproc N] [--name NAME] [--bench-sentences N] [--batch-size B] [--repetitions R]
 #       [--algorithms "greedy lookahead retrieval hybrid-jacobi"] [--ctranslate2] [--threads "1 2"] [--no-bench]
 #       [--draft-head [--head-minutes 60] [--head-block-size 1] [--head-layers 1] [--head-algorithms "gad"]
-#        [--head-compare [--compare-block-size 4]]]
+#        [--head-distill-beam 1] [--head-compare [--compare-block-size 4]]]
 # Training runs --minutes of wall clock (default 60: far from the papers' 100k+ updates; on a GPU give
 # it hours). Without network, --raw-dir DIR names the folder of the archives (prepare.sh says which).
 # Outputs go to runs/wmt14_en_de/<NAME, default the preset>/ (scripts/translation_recipe.sh).
