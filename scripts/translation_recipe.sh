@@ -23,17 +23,14 @@ default_preset=base
 default_algorithms="greedy lookahead retrieval hybrid-jacobi"
 prepare_options=() data_name=$recipe
 # the draft head's options go to scripts/draft_head_recipe.sh, later ones overriding these
-draft_head=0 head_options=(--head-algorithms gad)
+source "$root/scripts/draft_head_options.sh" --head-algorithms gad
 shared=()
 while [ $# -gt 0 ]; do
+  take_draft_head_option "$@"
+  [ "$head_words" -eq 0 ] || { shift "$head_words"; continue; }
   case "$1" in
     --raw-dir) prepare_options+=(--raw-dir "$2"); shift 2 ;;
     --bpe-merges) prepare_options+=(--bpe-merges "$2"); data_name="${recipe}_bpe$2"; shift 2 ;;
-    --draft-head) draft_head=1; shift ;;
-    --head-minutes | --head-block-size | --head-layers | --head-draft-vocab | --head-distill-beam | --head-algorithms \
-      | --compare-block-size)
-      head_options+=("$1" "$2"); shift 2 ;;
-    --head-compare) head_options+=("$1"); shift ;;
     *) shared+=("$1"); shift ;;
   esac
 done
@@ -46,7 +43,4 @@ bash "$root/scripts/train_transformer.sh" "$data/bin" "$save" -s "$src" -t "$tgt
 [ "$bench" -eq 0 ] || "$root/.venv/bin/python" "$root/scripts/bench.py" "$data/bin" \
   --path "$save/checkpoint_best.pt" -s "$src" -t "$tgt" --references "$data/raw/test.$tgt" \
   --out-dir "$save" "${bench_options[@]}"
-no_bench=(); [ "$bench" -eq 1 ] || no_bench=(--no-bench)
-[ "$draft_head" -eq 0 ] || bash "$root/scripts/draft_head_recipe.sh" "$data/bin" "$save" -s "$src" -t "$tgt" \
-  --references "$data/raw/test.$tgt" "${head_options[@]}" --preset "$preset" --nproc "$nproc" "${no_bench[@]}" \
-  -- "${bench_options[@]}"
+run_draft_head_recipe "$data" "$save" "$src" "$tgt"

@@ -173,3 +173,29 @@ def test_blockwise_table_collects_every_model_of_the_recipe(tmp_path):
     empty = subprocess.run([sys.executable, str(REPO / "scripts" / "blockwise_table.py"), str(tmp_path / "notes")],
                            capture_output=True, text=True)
     assert empty.returncode != 0 and "no <targets>_<mode>_k<k>/bench_b1.json" in empty.stderr
+
+
+def test_the_translation_recipes_share_their_draft_head_options():
+    """scripts/draft_head_options.sh: the recipe's defaults first, the options given after them (so later
+    ones win), every other option left to the recipe, a missing value refused, and what it collected handed
+    to scripts/draft_head_recipe.sh (whose own check of --head-distill-beam answers here)."""
+    snippet = """
+    set -euo pipefail
+    source scripts/draft_head_options.sh --head-algorithms gad
+    preset=cpu nproc=1 bench=0 bench_options=()
+    for words in "--head-minutes 10" "--draft-head" "--head-compare" "--gad" "--head-distill-beam 0"; do
+      read -ra args <<< "$words"; take_draft_head_option "${args[@]}"; echo "$words: $head_words"
+    done
+    echo "draft_head=$draft_head options=${head_options[*]}"
+    run_draft_head_recipe data save en de
+    """
+    result = subprocess.run(["bash", "-c", snippet], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.stdout.splitlines() == [
+        "--head-minutes 10: 2", "--draft-head: 1", "--head-compare: 1", "--gad: 0", "--head-distill-beam 0: 2",
+        "draft_head=1 options=--head-algorithms gad --head-minutes 10 --head-compare --head-distill-beam 0"]
+    assert result.returncode == 2 and "--head-distill-beam takes a beam size" in result.stderr
+    for recipe in ("examples/libreoffice_en_de/run.sh", "scripts/translation_recipe.sh"):
+        assert "take_draft_head_option" in (REPO / recipe).read_text()
+    missing = subprocess.run(["bash", "-c", "source scripts/draft_head_options.sh; take_draft_head_option --head-layers"],
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "--head-layers needs a value" in missing.stderr

@@ -12,7 +12,7 @@
 #       [--gad [--distill-beam 5] [--verifier-minutes 20] [--drafter-minutes 30] [--block-size 10]
 #        [--context-window 0] [--soft-copy] [--gad-algorithms "gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"]]
 #       [--draft-head [--head-minutes 60] [--head-block-size 1] [--head-layers 1] [--head-draft-vocab 4096]
-#        [--head-distill-beam 1] [--head-compare [--compare-block-size 4]]]
+#        [--head-distill-beam 1] [--head-algorithms "gad ..."] [--head-compare [--compare-block-size 4]]]
 # Training options are those of scripts/train_transformer.sh (default: cpu preset, 60 minutes).
 # Outputs go to runs/libreoffice_en_de/<NAME, default the preset>/: checkpoints, train.log and
 # bench_b<batch size>.{md,json,png}; with --gad also distilled_beam<B>/ (the distilled data),
@@ -29,19 +29,17 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 default_algorithms="greedy jacobi gs-jacobi hybrid-jacobi"
 # the draft head's options go to scripts/draft_head_recipe.sh, later ones overriding these
-draft_head=0 head_options=(--head-draft-vocab 4096 --head-algorithms "gad gad:draft-vocab=512,draft-shortlist=40")
+source "$root/scripts/draft_head_options.sh" --head-draft-vocab 4096 \
+  --head-algorithms "gad gad:draft-vocab=512,draft-shortlist=40"
 gad=0 distill_beam=5 verifier_minutes=20 drafter_minutes=30 block_size=10 context_window=0
 gad_algorithms="gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"
 soft_copy=()
 shared=()
 while [ $# -gt 0 ]; do
+  take_draft_head_option "$@"
+  [ "$head_words" -eq 0 ] || { shift "$head_words"; continue; }
   case "$1" in
     --gad) gad=1; shift ;;
-    --draft-head) draft_head=1; shift ;;
-    --head-minutes | --head-block-size | --head-layers | --head-draft-vocab | --head-distill-beam \
-      | --compare-block-size)
-      head_options+=("$1" "$2"); shift 2 ;;
-    --head-compare) head_options+=("$1"); shift ;;
     --distill-beam) distill_beam=$2; shift 2 ;;
     --verifier-minutes) verifier_minutes=$2; shift 2 ;;
     --drafter-minutes) drafter_minutes=$2; shift 2 ;;
@@ -62,10 +60,7 @@ bash "$root/scripts/train_transformer.sh" "$data/bin" "$save" -s en -t de "${tra
 [ "$bench" -eq 0 ] || "$python" "$root/scripts/bench.py" "$data/bin" \
   --path "$save/checkpoint_best.pt" -s en -t de --references "$data/raw/test.de" \
   --out-dir "$save" "${bench_options[@]}"
-no_bench=(); [ "$bench" -eq 1 ] || no_bench=(--no-bench)
-[ "$draft_head" -eq 0 ] || bash "$root/scripts/draft_head_recipe.sh" "$data/bin" "$save" -s en -t de \
-  --references "$data/raw/test.de" "${head_options[@]}" --preset "$preset" --nproc "$nproc" "${no_bench[@]}" \
-  -- "${bench_options[@]}"
+run_draft_head_recipe "$data" "$save" en de
 [ "$gad" -eq 1 ] || exit 0
 
 distilled="$save/distilled_beam$distill_beam"
