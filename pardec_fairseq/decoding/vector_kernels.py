@@ -56,11 +56,12 @@ def _host_has(feature: str) -> bool:
 LANES = 16 if _host_has("avx512f") else 8
 # the float32 AVX-512 tiles' loop is inline assembly (``_fixed_register_loop``), which LLVM must parse
 llvm.initialize_native_asmparser()
-# columns of the panel a tile of 1..5 rows covers, so that its accumulators, the weight's vectors
+# columns of the panel a tile of 1..6 rows covers, so that its accumulators, the weight's vectors
 # and a broadcast fit the registers: 4 rows x 64 columns take 16 of AVX-512's 32, while with AVX2's
 # 16 the same tile spilled to the stack (4 x 8 accumulators); there a tile of 3-5 rows covers 16
-# columns (5 rows: 10 accumulators, 2 weight vectors, a broadcast) and one of 2 rows 32
-TILE_COLUMNS = (0, PANEL, PANEL, PANEL, PANEL, PANEL) if LANES == 16 else (0, PANEL, 32, 16, 16, 16)
+# columns (5 rows: 10 accumulators, 2 weight vectors, a broadcast) and one of 2 rows 32 (AVX2 has
+# no 6-row tile: ``WIDEST_TILE``)
+TILE_COLUMNS = (0, PANEL, PANEL, PANEL, PANEL, PANEL, PANEL) if LANES == 16 else (0, PANEL, 32, 16, 16, 16)
 # rows of a full tile: a pass's weights are read from memory once per tile, so a pass over up to
 # TILE_ROWS tokens costs what a one-token pass does. With AVX2, 5. A 6-row tile (12 accumulators)
 # ran as fast as 5 rows where its code was compiled in the process, but numba's cached copy of it,
@@ -69,6 +70,11 @@ TILE_COLUMNS = (0, PANEL, PANEL, PANEL, PANEL, PANEL) if LANES == 16 else (0, PA
 # 52 and 78 freshly compiled (5 rows: 24 and 26). Cached tiles of 5 rows (6 = 5 + 1) took 32, 34, 44
 # and 73 us. With AVX-512 the tiles stay at the 4 rows measured there.
 TILE_ROWS = 4 if LANES == 16 else 5
+# the most rows one tile takes, so that a pass of up to this many tokens reads each weight once: AVX-512's
+# fixed-register loop holds 6 rows' 24 accumulators beside its 5 fixed registers. On the Intel Xeon VM
+# (2 threads, weights in cache, 2026-11-29) 6 rows x (256, 8,296) took 169 us in one tile against 240 as
+# 4 + 2 (5 rows: 165, one: 157), and a `gad` tree of 6 tokens cost a pass what one of 5 had
+WIDEST_TILE = 6 if LANES == 16 else TILE_ROWS
 # columns of a panel that ``pack`` stores together: the narrowest tile's, so that a tile reads its
 # weights in memory order. Interleaved across the panel, the 16-column tiles of AVX2 read every
 # 256-byte row in four parts: from memory on a Zen 3 core, 4 rows x (256, 1024) took 120-169 us so,
@@ -349,14 +355,17 @@ def _fixed_register_loop(builder, depth, starts, stripe, x_rows, accumulators):
 
 
 _tile1, _tile2, _tile3, _tile4, _tile5 = (_tile(rows, TILE_COLUMNS[rows]) for rows in range(1, 6))
-_COLUMNS1, _COLUMNS2, _COLUMNS3, _COLUMNS4, _COLUMNS5 = TILE_COLUMNS[1:]
+_COLUMNS1, _COLUMNS2, _COLUMNS3, _COLUMNS4, _COLUMNS5 = TILE_COLUMNS[1:6]
+_tile6 = _tile(6, PANEL) if WIDEST_TILE == 6 else _tile5  # never called without AVX-512
 
 
 @numba.njit(cache=True, nogil=True)
 def _rows_into(x, r, rows, panels, p, bias, out, c0):
-    """Rows ``r .. r + rows - 1`` (1 to 5) of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``: one tile
-    across the panel in its ``TILE_COLUMNS``."""
-    if rows == 5:
+    """Rows ``r .. r + rows - 1`` (1 to ``WIDEST_TILE``) of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``:
+    one tile across the panel in its ``TILE_COLUMNS``."""
+    if rows == 6:
+        _tile6(x, r, panels, p, 0, bias, out, r, c0)
+    elif rows == 5:
         for q in range(0, PANEL, _COLUMNS5):
             _tile5(x, r, panels, p, q, bias, out, r, c0)
     elif rows == 4:
@@ -376,14 +385,14 @@ def _rows_into(x, r, rows, panels, p, bias, out, c0):
 @numba.njit(cache=True, nogil=True)
 def panel_into(x, panels, p, bias, out, c0):
     """Every row of ``x`` times panel ``p`` into ``out[:, c0:c0+64]``: in tiles of ``TILE_ROWS`` rows (the
-    panel stays in the second-level cache between them) and one of the rest. A lone row left over
-    joins the last tile where it fits (AVX-512's 4 + 1 rows): a one-row tile's 4 accumulator chains
-    leave the FMA pipes half idle, so 5 rows took 1.2x as long as 4 + 1."""
+    panel stays in the second-level cache between them) and one of the rest. The rest joins the last
+    tile where one tile takes them all (``WIDEST_TILE``: AVX-512's 4 + 1 and 4 + 2 rows): a one-row
+    tile's 4 accumulator chains leave the FMA pipes half idle, so as 4 + 1 rows 5 took 1.2x as long."""
     rows = x.shape[0]
     r = 0
     while r < rows:
         left = rows - r
-        take = left if left <= TILE_ROWS or (left == TILE_ROWS + 1 and TILE_ROWS < 5) else TILE_ROWS
+        take = left if left <= WIDEST_TILE else TILE_ROWS
         _rows_into(x, r, take, panels, p, bias, out, c0)
         r += take
 
