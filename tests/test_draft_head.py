@@ -22,7 +22,7 @@ from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, sl
 from pardec_fairseq.decoding.drafters import compiled_head
 from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter, likeliest_nodes, likeliest_of_comb
 from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist
-from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator
+from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator, vector_kernels
 from pardec_fairseq.decoding.config import decoding_config
 from pardec_fairseq.decoding.acceptance import RelaxedAcceptance, in_top_k
 from pardec_fairseq.decoding.engine import DecodingState
@@ -381,8 +381,8 @@ def test_a_chains_likeliest_tokens_and_runner_ups_are_verified_chain_first(likel
 def test_a_one_slot_head_verifies_one_runner_up_leaf_by_default_where_it_is_free(verifier_path, relaxed, sentences,
                                                                                 leaves):
     """By default a one-slot head's chain has one runner-up leaf in batches of one sentence where the
-    generator scores trees (the fast verifier, exact acceptance); in larger batches, on the fairseq path
-    and with relaxed acceptance it is a chain; the output stays fairseq's."""
+    generator scores trees (the fast verifier, exact acceptance); in larger batches (of one token), on the
+    fairseq path and with relaxed acceptance it is a chain; the output stays fairseq's."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=6, layers=2, eos_bias=-3.0).eval()
     drafter = DraftHeadDrafter(build_head(verifier, block_size=1, layers=1, seed=7).eval())
@@ -395,9 +395,10 @@ def test_a_one_slot_head_verifies_one_runner_up_leaf_by_default_where_it_is_free
     recorder = _ProposalRecorder()
     generator.decoder.observers.append(recorder)
     actual = generator.generate([verifier], batch)
-    # a chain is cut where the output's length limit falls, a tree is not
+    # a chain is cut where the output's length limit falls, a tree is not; a tree fills a tile of the kernel
     assert recorder.proposals and all((parents is None) == (leaves == 0) and
-                                      (len(proposal) == 4 if leaves else len(proposal) <= 3)
+                                      (len(proposal) == vector_kernels.WIDEST_TILE - 1 if leaves
+                                       else len(proposal) <= (3 if sentences == 1 else 1))
                                       for _, proposal, parents in recorder.proposals)
     if not relaxed:
         assert_same_hypotheses(fairseq_beam_one([verifier], dictionary, batch, max_len_b=12), actual)
@@ -550,11 +551,31 @@ def test_soft_targets_are_the_verifiers_distribution_at_each_slots_position(draf
     assert all(p.grad is None for p in verifier.parameters())
 
 
-def test_drafting_steps_default_to_three_for_a_one_slot_head_and_steps_and_trees_are_refused_where_they_cannot_apply(
+def test_a_one_slot_heads_chain_takes_its_calls_by_batch():
+    """``--draft-head-steps`` unset: on a CPU a batch of one sentence drafts as many tokens as fill one tile of
+    the vector kernel beside its last token and its leaves (3 without), a batch of several one (at least its
+    leaves)."""
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=3, layers=1).eval()
+
+    def batch_steps(rows, **options):
+        drafter = DraftHeadDrafter(build_head(verifier, block_size=1).eval(), **options)
+        drafter.begin({"src_tokens": torch.full((rows, 5), 7)}, 10, (torch.zeros(rows, 5, 16), None))
+        return drafter.batch_steps, drafter.batch_leaves
+    assert batch_steps(1) == (vector_kernels.WIDEST_TILE - 2, 1)
+    assert batch_steps(3) == (1, 0)
+    assert batch_steps(3, leaves=2) == (2, 2)
+    assert batch_steps(1, leaves=0) == (3, 0)
+    assert batch_steps(1, leaves=2) == (max(2, vector_kernels.WIDEST_TILE - 3), 2)
+    assert batch_steps(1, steps=2) == (2, 1) and batch_steps(3, steps=2) == (2, 0)
+
+
+def test_drafting_steps_default_to_a_tile_for_a_one_slot_head_and_steps_and_trees_are_refused_where_they_cannot_apply(
         monkeypatch):
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=1).eval()
-    assert DraftHeadDrafter(build_head(verifier, block_size=1).eval()).steps == 3
+    assert DraftHeadDrafter(build_head(verifier, block_size=1).eval()).steps == max(3, vector_kernels.WIDEST_TILE - 2)
+    assert DraftHeadDrafter(build_head(verifier, block_size=1).eval(), branches=2).steps == 3
     assert DraftHeadDrafter(build_head(verifier, block_size=3).eval()).steps == 1
     refinement = SimpleNamespace(drafts=1, top_k=2)  # a refinement chooses among one call's slots
     assert DraftHeadDrafter(build_head(verifier, block_size=1).eval(), refinement=refinement).steps == 1
@@ -573,7 +594,7 @@ def test_drafting_steps_default_to_three_for_a_one_slot_head_and_steps_and_trees
         DraftHeadDrafter(build_head(verifier, block_size=1).eval(), draft_vocab=3, branches=4)
     with pytest.raises(ValueError, match="--draft-head-leaves 1: the head drafts among 1 words"):
         DraftHeadDrafter(build_head(verifier, block_size=1).eval(), draft_vocab=1, leaves=1)
-    for model, options in ((build_head(verifier, block_size=1), {"leaves": 4}),
+    for model, options in ((build_head(verifier, block_size=1), {"leaves": vector_kernels.WIDEST_TILE}),
                            (build_head(verifier, block_size=1), {"leaves": -1}),
                            (build_head(verifier, block_size=2), {"leaves": 1}),
                            (build_head(verifier, block_size=1), {"leaves": 1, "branches": 2}),
@@ -784,7 +805,7 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(toy_experiment["checkpoint"])])
     drafter = DraftHeadDrafter.from_state(one_slot / "checkpoint_last.pt", state, task.source_dictionary,
                                           task.target_dictionary, models[0])
-    assert drafter.steps == 3
+    assert drafter.steps == max(3, vector_kernels.WIDEST_TILE - 2)
     # its draft trees through fairseq-generate keep fairseq's greedy output
     generate = ("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
                 "--path", toy_experiment["checkpoint"], "--gen-subset", "test", "--max-len-b", 20, "--batch-size", 16)

@@ -53,9 +53,26 @@ def relaid(layer: HeadLayer, precision: str = "float32") -> DecoderLayer:
 
 def default_steps(block_size: int, refined: bool) -> int:
     """Calls per proposal when ``--draft-head-steps`` is not given: a one-slot head (trained to draft
-    autoregressively) drafts three tokens (on LibreOffice, two or four did no better), a block head its
+    autoregressively) drafts three tokens (its chains: ``chain_steps`` by batch), a block head its
     block; a refinement chooses among one call's lattice."""
     return 3 if block_size == 1 and not refined else 1
+
+
+def chain_steps(rows: int, leaves: int, device: torch.device) -> int:
+    """Calls per proposal of a one-slot head's chain in a batch of ``rows`` sentences with ``leaves``
+    runner-ups when ``--draft-head-steps`` is not given. On a CPU a batch of one sentence with leaves (a
+    tree) drafts as many tokens as fill one tile of the vector kernel with its last token and leaves (with
+    one leaf 4 under AVX-512, 3 under AVX2: ``WIDEST_TILE``), since a pass that wide reads each weight
+    once; without leaves 3, as ``default_steps``; a batch of several drafts one token (at least its
+    leaves), since there each drafted row costs the verifier arithmetic. On the Intel Xeon VM
+    (LibreOffice, the recipe's half-hour head, 2026-11-29, five runs) 4 calls and a leaf kept 2.60-2.63
+    tokens a pass against 3 calls' 2.42-2.46, at 1.35-1.38x plugin greedy against 1.34-1.41x: the same
+    speed within the runs' spread (5 calls and no leaf: 2.45, 1.26x); at batch 4 one call ran 1.05x plugin
+    greedy against 3 calls' 1.01x, at batch 16 0.93-0.98x against 0.81-0.89x (4 calls: 0.67x). Elsewhere
+    (a GPU) 3."""
+    if device.type != "cpu" or (rows == 1 and not leaves):
+        return default_steps(1, False)
+    return max(leaves, vector_kernels.WIDEST_TILE - 1 - leaves) if rows == 1 else max(1, leaves)
 
 
 def likeliest_nodes(tokens, parents, path_log_probs, counts, nodes: int):
@@ -110,7 +127,8 @@ class DraftHeadDrafter(Drafter):
         ``LatticeRescoring`` or ``LocalNeuralRescoring`` choosing the draft from the slots' top-k
         lattice (``None``: each slot's top-1); ``draft_vocab``: the slots draft among the dictionary's
         first ``draft_vocab`` words (0: all); ``precision``: that of the head's products on a CPU;
-        ``steps``: calls of the head per proposal (``None``: ``default_steps``); ``branches``,
+        ``steps``: calls of the head per proposal (``None``: ``default_steps``, a one-slot head's chain
+        ``chain_steps`` by batch); ``branches``,
         ``least_probability``: a one-slot head's draft tree keeps per level the ``branches`` likeliest
         paths at least that likely (``draft_tree``; 1 and 0: a chain of ``steps`` tokens), of which
         the ``nodes`` likeliest are verified (0: all); ``leaves``: a one-slot head's chain also offers each
@@ -124,6 +142,11 @@ class DraftHeadDrafter(Drafter):
         sources call for (``LexicalShortlist``, built for ``draft_vocab`` first words)."""
         head, self.verifier = model.head, model.verifier
         self.steps = default_steps(head.block_size, refinement is not None) if steps is None else steps
+        # a one-slot head's chain takes its calls by batch (``chain_steps``), self.steps the most of them
+        self.auto_steps = steps is None and head.block_size == 1 and refinement is None and branches == 1 \
+            and least_probability == 0 and nodes == 0
+        if self.auto_steps:
+            self.steps = max(self.steps, vector_kernels.WIDEST_TILE - 2)
         if self.steps < 1:
             raise ValueError(f"--draft-head-steps {self.steps}: a proposal takes one call of the head or more")
         if refinement is not None and self.steps > 1:
@@ -225,11 +248,12 @@ class DraftHeadDrafter(Drafter):
         self.last_state = enc.new_zeros(rows, self.slot_embedding.size(1))
         self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
         self.batch_leaves = self.leaves if not self.auto_leaves or (self.trees_allowed and rows == 1) else 0
+        self.batch_steps = chain_steps(rows, self.batch_leaves, enc.device) if self.auto_steps else self.steps
 
     def propose(self, state) -> Proposal:
         if self.compiled_head is not None and not self.grows_tree and self.refinement is None:
             tokens, counts, parents = self.compiled_head.draft(self.cache, state.tokens, self.last_state, state.lengths,
-                                                               self.all_slots.sees, self.steps, self.batch_leaves)
+                                                               self.all_slots.sees, self.batch_steps, self.batch_leaves)
             return Proposal(tokens=tokens, lengths=counts, parents=parents)
         last_tokens = state.last_tokens().view(-1)
         if self.refinement is not None:
@@ -255,12 +279,12 @@ class DraftHeadDrafter(Drafter):
         self.trees_allowed = allowed
 
     def _draft(self, last_tokens, lengths):
-        """``CompiledHead.draft`` through torch: each call going on from the last, the chain's tokens
-        ``[rows, steps * k]`` and ``None``, or with leaves the likeliest of them and the calls' runner-ups
-        and their parents' pass positions ``[rows, steps + leaves]`` (``likeliest_of_comb``)."""
+        """``CompiledHead.draft`` through torch: each of the batch's calls going on from the last, the chain's
+        tokens ``[rows, steps * k]`` and ``None``, or with leaves the likeliest of them and the calls'
+        runner-ups and their parents' pass positions ``[rows, steps + leaves]`` (``likeliest_of_comb``)."""
         last_state, drafted, comb_words, comb_paths = self.last_state, [], [], []
         chain_path = self.last_state.new_zeros(last_tokens.size(0))  # the log-probability of the chain so far
-        for step in range(self.steps):
+        for step in range(self.batch_steps):
             features = self.slot_features(last_tokens, last_state, lengths)
             logits = self.output_layer(features)
             drafted.append(logits.argmax(-1))
@@ -271,12 +295,13 @@ class DraftHeadDrafter(Drafter):
                 comb_words.append(pair)
                 comb_paths.append(chain_path.unsqueeze(1) + pair_log_probs)
                 chain_path = comb_paths[-1][:, 0]
-            if step + 1 < self.steps:
+            if step + 1 < self.batch_steps:
                 self._remember(features, lengths)
                 last_tokens, last_state, lengths = drafted[-1][:, -1], features[:, -1], lengths + self.block_size
         if not self.batch_leaves:
             return torch.cat(drafted, 1), None
-        return likeliest_of_comb(torch.cat(comb_words, 1), torch.cat(comb_paths, 1), self.steps + self.batch_leaves)
+        nodes = self.batch_steps + self.batch_leaves
+        return likeliest_of_comb(torch.cat(comb_words, 1), torch.cat(comb_paths, 1), nodes)
 
     def draft_tree(self, last_tokens, lengths):
         """``CompiledHead.draft_tree`` through torch (``compiled_head._draft_tree`` says what it drafts):
