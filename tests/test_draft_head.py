@@ -20,7 +20,8 @@ from omegaconf import OmegaConf
 from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
 from pardec_fairseq.decoding.drafters import compiled_head
-from pardec_fairseq.decoding.drafters.draft_head import DraftHeadDrafter, likeliest_nodes, likeliest_of_comb
+from pardec_fairseq.decoding.drafters.draft_head import (MOST_CHAIN_STEPS, DraftHeadDrafter, likeliest_nodes,
+                                                         likeliest_of_comb)
 from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist
 from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator, vector_kernels
 from pardec_fairseq.decoding.config import decoding_config
@@ -398,7 +399,7 @@ def test_a_one_slot_head_verifies_one_runner_up_leaf_by_default_where_it_is_free
     # a chain is cut where the output's length limit falls, a tree is not; a tree fills a tile of the kernel
     assert recorder.proposals and all((parents is None) == (leaves == 0) and
                                       (len(proposal) == vector_kernels.WIDEST_TILE - 1 if leaves
-                                       else len(proposal) <= (3 if sentences == 1 else 1))
+                                       else len(proposal) <= (MOST_CHAIN_STEPS if sentences == 1 else 1))
                                       for _, proposal, parents in recorder.proposals)
     if not relaxed:
         assert_same_hypotheses(fairseq_beam_one([verifier], dictionary, batch, max_len_b=12), actual)
@@ -553,8 +554,8 @@ def test_soft_targets_are_the_verifiers_distribution_at_each_slots_position(draf
 
 def test_a_one_slot_heads_chain_takes_its_calls_by_batch():
     """``--draft-head-steps`` unset: on a CPU a batch of one sentence drafts as many tokens as fill one tile of
-    the vector kernel beside its last token and its leaves (3 without), a batch of several one (at least its
-    leaves)."""
+    the vector kernel beside its last token and its leaves (at most ``MOST_CHAIN_STEPS``), a batch of several
+    one (at least its leaves)."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=1).eval()
 
@@ -562,10 +563,10 @@ def test_a_one_slot_heads_chain_takes_its_calls_by_batch():
         drafter = DraftHeadDrafter(build_head(verifier, block_size=1).eval(), **options)
         drafter.begin({"src_tokens": torch.full((rows, 5), 7)}, 10, (torch.zeros(rows, 5, 16), None))
         return drafter.batch_steps, drafter.batch_leaves
-    assert batch_steps(1) == (vector_kernels.WIDEST_TILE - 2, 1)
+    assert batch_steps(1) == (vector_kernels.WIDEST_TILE - 2, 1) == ((4, 1) if vector_kernels.LANES == 16 else (3, 1))
     assert batch_steps(3) == (1, 0)
     assert batch_steps(3, leaves=2) == (2, 2)
-    assert batch_steps(1, leaves=0) == (3, 0)
+    assert batch_steps(1, leaves=0) == (MOST_CHAIN_STEPS, 0)
     assert batch_steps(1, leaves=2) == (max(2, vector_kernels.WIDEST_TILE - 3), 2)
     assert batch_steps(1, steps=2) == (2, 1) and batch_steps(3, steps=2) == (2, 0)
 
@@ -574,7 +575,7 @@ def test_drafting_steps_default_to_a_tile_for_a_one_slot_head_and_steps_and_tree
         monkeypatch):
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=1).eval()
-    assert DraftHeadDrafter(build_head(verifier, block_size=1).eval()).steps == max(3, vector_kernels.WIDEST_TILE - 2)
+    assert DraftHeadDrafter(build_head(verifier, block_size=1).eval()).steps == MOST_CHAIN_STEPS
     assert DraftHeadDrafter(build_head(verifier, block_size=1).eval(), branches=2).steps == 3
     assert DraftHeadDrafter(build_head(verifier, block_size=3).eval()).steps == 1
     refinement = SimpleNamespace(drafts=1, top_k=2)  # a refinement chooses among one call's slots
@@ -805,7 +806,7 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(toy_experiment["checkpoint"])])
     drafter = DraftHeadDrafter.from_state(one_slot / "checkpoint_last.pt", state, task.source_dictionary,
                                           task.target_dictionary, models[0])
-    assert drafter.steps == max(3, vector_kernels.WIDEST_TILE - 2)
+    assert drafter.steps == MOST_CHAIN_STEPS
     # its draft trees through fairseq-generate keep fairseq's greedy output
     generate = ("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
                 "--path", toy_experiment["checkpoint"], "--gen-subset", "test", "--max-len-b", 20, "--batch-size", 16)

@@ -58,21 +58,30 @@ def default_steps(block_size: int, refined: bool) -> int:
     return 3 if block_size == 1 and not refined else 1
 
 
+# the most calls a one-slot head's chain takes by default: a fifth call's token was kept too seldom
+# to pay for it (Intel Xeon VM, LibreOffice, 2026-11-29: gad++ 1.52x plugin greedy against 4 calls'
+# 1.62x; exact gad with 5 calls and no leaf 1.26x against 4 calls and a leaf's 1.35x)
+MOST_CHAIN_STEPS = 4
+
+
 def chain_steps(rows: int, leaves: int, device: torch.device) -> int:
     """Calls per proposal of a one-slot head's chain in a batch of ``rows`` sentences with ``leaves``
-    runner-ups when ``--draft-head-steps`` is not given. On a CPU a batch of one sentence with leaves (a
-    tree) drafts as many tokens as fill one tile of the vector kernel with its last token and leaves (with
-    one leaf 4 under AVX-512, 3 under AVX2: ``WIDEST_TILE``), since a pass that wide reads each weight
-    once; without leaves 3, as ``default_steps``; a batch of several drafts one token (at least its
-    leaves), since there each drafted row costs the verifier arithmetic. On the Intel Xeon VM
-    (LibreOffice, the recipe's half-hour head, 2026-11-29, five runs) 4 calls and a leaf kept 2.60-2.63
-    tokens a pass against 3 calls' 2.42-2.46, at 1.35-1.38x plugin greedy against 1.34-1.41x: the same
-    speed within the runs' spread (5 calls and no leaf: 2.45, 1.26x); at batch 4 one call ran 1.05x plugin
-    greedy against 3 calls' 1.01x, at batch 16 0.93-0.98x against 0.81-0.89x (4 calls: 0.67x). Elsewhere
-    (a GPU) 3."""
-    if device.type != "cpu" or (rows == 1 and not leaves):
+    runner-ups when ``--draft-head-steps`` is not given. On a CPU a batch of one sentence drafts as
+    many tokens as fill one tile of the vector kernel with its last token and leaves (``WIDEST_TILE``: a
+    pass that wide reads each weight once), at most ``MOST_CHAIN_STEPS``: with a leaf 4 under AVX-512
+    and 3 under AVX2, without (relaxed acceptance, the fairseq path) 4; a batch of several drafts one
+    token (at least its leaves), since there each drafted row costs the verifier arithmetic. On the
+    Intel Xeon VM (LibreOffice, the recipe's half-hour head, 2026-11-29) exact `gad` with 4 calls and a
+    leaf kept 2.60-2.63 tokens a pass against 3 calls' 2.42-2.46 at the same speed within the runs'
+    spread (1.35-1.38x plugin greedy against 1.34-1.41x, five runs); `gad++` (beta 3, tau 1) with 4 calls
+    2.97 tokens a pass against 2.68 on all 1,120 test sentences, 1.60x against 1.55x (BLEU 27.03 and
+    26.87, greedy's 26.41); at batch 4 one call ran 1.05x plugin greedy against 3 calls' 1.01x, at batch
+    16 0.93-0.98x against 0.81-0.89x (4 calls: 0.67x). Elsewhere (a GPU) 3."""
+    if device.type != "cpu":
         return default_steps(1, False)
-    return max(leaves, vector_kernels.WIDEST_TILE - 1 - leaves) if rows == 1 else max(1, leaves)
+    if rows > 1:
+        return max(1, leaves)
+    return max(leaves, min(MOST_CHAIN_STEPS, vector_kernels.WIDEST_TILE - 1 - leaves))
 
 
 def likeliest_nodes(tokens, parents, path_log_probs, counts, nodes: int):
@@ -146,7 +155,7 @@ class DraftHeadDrafter(Drafter):
         self.auto_steps = steps is None and head.block_size == 1 and refinement is None and branches == 1 \
             and least_probability == 0 and nodes == 0
         if self.auto_steps:
-            self.steps = max(self.steps, vector_kernels.WIDEST_TILE - 2)
+            self.steps = max(self.steps, MOST_CHAIN_STEPS)
         if self.steps < 1:
             raise ValueError(f"--draft-head-steps {self.steps}: a proposal takes one call of the head or more")
         if refinement is not None and self.steps > 1:
