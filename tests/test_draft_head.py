@@ -20,8 +20,8 @@ from omegaconf import OmegaConf
 from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
 from pardec_fairseq.decoding.drafters import compiled_head
-from pardec_fairseq.decoding.drafters.draft_head import (MOST_CHAIN_STEPS, DraftHeadDrafter, likeliest_nodes,
-                                                         likeliest_of_comb)
+from pardec_fairseq.decoding.drafters.draft_head import (MOST_CHAIN_STEPS, DraftHeadDrafter, chain_steps,
+                                                         likeliest_nodes, likeliest_of_comb)
 from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist
 from pardec_fairseq.decoding import DecodingConfig, algorithms, build_generator, vector_kernels
 from pardec_fairseq.decoding.config import decoding_config
@@ -382,7 +382,7 @@ def test_a_chains_likeliest_tokens_and_runner_ups_are_verified_chain_first(likel
 def test_a_one_slot_head_verifies_one_runner_up_leaf_by_default_where_it_is_free(verifier_path, relaxed, sentences,
                                                                                 leaves):
     """By default a one-slot head's chain has one runner-up leaf in batches of one sentence where the
-    generator scores trees (the fast verifier, exact acceptance); in larger batches (of one token), on the
+    generator scores trees (the fast verifier, exact acceptance); in larger batches (of fewer tokens), on the
     fairseq path and with relaxed acceptance it is a chain; the output stays fairseq's."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=6, layers=2, eos_bias=-3.0).eval()
@@ -399,7 +399,7 @@ def test_a_one_slot_head_verifies_one_runner_up_leaf_by_default_where_it_is_free
     # a chain is cut where the output's length limit falls, a tree is not; a tree fills a tile of the kernel
     assert recorder.proposals and all((parents is None) == (leaves == 0) and
                                       (len(proposal) == vector_kernels.WIDEST_TILE - 1 if leaves
-                                       else len(proposal) <= (MOST_CHAIN_STEPS if sentences == 1 else 1))
+                                       else len(proposal) <= chain_steps(sentences, 0, torch.device("cpu")))
                                       for _, proposal, parents in recorder.proposals)
     if not relaxed:
         assert_same_hypotheses(fairseq_beam_one([verifier], dictionary, batch, max_len_b=12), actual)
@@ -553,9 +553,9 @@ def test_soft_targets_are_the_verifiers_distribution_at_each_slots_position(draf
 
 
 def test_a_one_slot_heads_chain_takes_its_calls_by_batch():
-    """``--draft-head-steps`` unset: on a CPU a batch of one sentence drafts as many tokens as fill one tile of
-    the vector kernel beside its last token and its leaves (at most ``MOST_CHAIN_STEPS``), a batch of several
-    one (at least its leaves)."""
+    """``--draft-head-steps`` unset: on a CPU a batch drafts as many tokens as keep a pass within one tile of
+    the vector kernel beside each sentence's last token and leaves (at most ``MOST_CHAIN_STEPS``, at least one
+    and the leaves)."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=1).eval()
 
@@ -564,7 +564,8 @@ def test_a_one_slot_heads_chain_takes_its_calls_by_batch():
         drafter.begin({"src_tokens": torch.full((rows, 5), 7)}, 10, (torch.zeros(rows, 5, 16), None))
         return drafter.batch_steps, drafter.batch_leaves
     assert batch_steps(1) == (vector_kernels.WIDEST_TILE - 2, 1) == ((4, 1) if vector_kernels.LANES == 16 else (3, 1))
-    assert batch_steps(3) == (1, 0)
+    assert batch_steps(2) == (max(1, vector_kernels.WIDEST_TILE // 2 - 1), 0)
+    assert batch_steps(3) == batch_steps(16) == (1, 0)
     assert batch_steps(3, leaves=2) == (2, 2)
     assert batch_steps(1, leaves=0) == (MOST_CHAIN_STEPS, 0)
     assert batch_steps(1, leaves=2) == (max(2, vector_kernels.WIDEST_TILE - 3), 2)

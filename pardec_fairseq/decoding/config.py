@@ -164,10 +164,10 @@ class DecodingConfig(FairseqDataclass):
         metadata={"help": "gad with a draft_head: calls of the head per pass, each going on from the last one's last "
                   "drafted token with the head's own output features in place of the verifier's state (EAGLE's "
                   "autoregressive drafting; train such a head with --block-size 1 --state-regression-weight); "
-                  "default for a head of block size 1 drafting a chain on a CPU: in a batch of one sentence as many "
-                  "as fill, with the pass's last token and leaves, one tile of the vector kernel, at most 4 (with a "
-                  "leaf 4 with AVX-512, 3 with AVX2), in larger batches 1 (at least the leaves); for its trees or on "
-                  "a GPU 3; 1 with --refine or a block head"},
+                  "default for a head of block size 1 drafting a chain on a CPU: as many as keep a pass's tokens "
+                  "(each sentence's last one, drafted ones and leaves) within one tile of the vector kernel, at most "
+                  "4, at least 1 (one sentence with a leaf: 4 with AVX-512, 3 with AVX2; two sentences: 2 with "
+                  "AVX-512; more: 1); for its trees or on a GPU 3; 1 with --refine or a block head"},
     )
     draft_head_branches: int = field(
         default=1,

@@ -66,22 +66,22 @@ MOST_CHAIN_STEPS = 4
 
 def chain_steps(rows: int, leaves: int, device: torch.device) -> int:
     """Calls per proposal of a one-slot head's chain in a batch of ``rows`` sentences with ``leaves``
-    runner-ups when ``--draft-head-steps`` is not given. On a CPU a batch of one sentence drafts as
-    many tokens as fill one tile of the vector kernel with its last token and leaves (``WIDEST_TILE``: a
-    pass that wide reads each weight once), at most ``MOST_CHAIN_STEPS``: with a leaf 4 under AVX-512
-    and 3 under AVX2, without (relaxed acceptance, the fairseq path) 4; a batch of several drafts one
-    token (at least its leaves), since there each drafted row costs the verifier arithmetic. On the
-    Intel Xeon VM (LibreOffice, the recipe's half-hour head, 2026-11-29) exact `gad` with 4 calls and a
-    leaf kept 2.60-2.63 tokens a pass against 3 calls' 2.42-2.46 at the same speed within the runs'
-    spread (1.35-1.38x plugin greedy against 1.34-1.41x, five runs); `gad++` (beta 3, tau 1) with 4 calls
-    2.97 tokens a pass against 2.68 on all 1,120 test sentences, 1.60x against 1.55x (BLEU 27.03 and
-    26.87, greedy's 26.41); at batch 4 one call ran 1.05x plugin greedy against 3 calls' 1.01x, at batch
-    16 0.93-0.98x against 0.81-0.89x (4 calls: 0.67x). Elsewhere (a GPU) 3."""
+    runner-ups when ``--draft-head-steps`` is not given. On a CPU as many as keep a pass's tokens (each
+    sentence's last one, its drafted ones and leaves) within one tile of the vector kernel
+    (``WIDEST_TILE``: a pass that wide reads each weight once, a wider one pays its drafted rows in
+    arithmetic), at most ``MOST_CHAIN_STEPS`` and at least one (and the leaves): a sentence with a leaf 4
+    under AVX-512, 3 under AVX2, without one 4; two sentences 2 under AVX-512; more, one. On the Intel
+    Xeon VM (LibreOffice, the recipe's half-hour head, 2026-11-29) exact `gad` with 4 calls and a leaf
+    kept 2.60-2.63 tokens a pass against 3 calls' 2.42-2.46 at the same speed within the runs' spread
+    (1.35-1.38x plugin greedy against 1.34-1.41x, five runs); `gad++` (beta 3, tau 1) with 4 calls 2.97
+    tokens a pass against 2.68 on all 1,120 test sentences, 1.60x against 1.55x (BLEU 27.03 and 26.87,
+    greedy's 26.41); at batch 2 two calls ran 1.22x plugin greedy against 1.13x, 1.20x and 1.19x for 1, 3
+    and 4; at batch 4 one call 1.05x against 3 calls' 1.01x, at batch 16 0.93-0.98x against 0.81-0.89x (4
+    calls: 0.67x). Elsewhere (a GPU) 3."""
     if device.type != "cpu":
         return default_steps(1, False)
-    if rows > 1:
-        return max(1, leaves)
-    return max(leaves, min(MOST_CHAIN_STEPS, vector_kernels.WIDEST_TILE - 1 - leaves))
+    fitting = vector_kernels.WIDEST_TILE // rows - 1 - leaves
+    return max(1, leaves, min(MOST_CHAIN_STEPS, fitting))
 
 
 def likeliest_nodes(tokens, parents, path_log_probs, counts, nodes: int):
