@@ -151,11 +151,6 @@ class DraftHeadDrafter(Drafter):
         sources call for (``LexicalShortlist``, built for ``draft_vocab`` first words)."""
         head, self.verifier = model.head, model.verifier
         self.steps = default_steps(head.block_size, refinement is not None) if steps is None else steps
-        # a one-slot head's chain takes its calls by batch (``chain_steps``), self.steps the most of them
-        self.auto_steps = steps is None and head.block_size == 1 and refinement is None and branches == 1 \
-            and least_probability == 0 and nodes == 0
-        if self.auto_steps:
-            self.steps = max(self.steps, MOST_CHAIN_STEPS)
         if self.steps < 1:
             raise ValueError(f"--draft-head-steps {self.steps}: a proposal takes one call of the head or more")
         if refinement is not None and self.steps > 1:
@@ -168,6 +163,10 @@ class DraftHeadDrafter(Drafter):
         if self.grows_tree and (head.block_size > 1 or refinement is not None):
             raise ValueError("--draft-head-branches, --draft-head-threshold and --draft-head-nodes grow a tree a token "
                              "per call: they need a head trained with --block-size 1 and no --refine")
+        # a one-slot head's chain takes its calls by batch (``chain_steps``), self.steps the most of them
+        self.auto_steps = steps is None and head.block_size == 1 and refinement is None and not self.grows_tree
+        if self.auto_steps:
+            self.steps = max(self.steps, MOST_CHAIN_STEPS)
         words = draft_vocab or len(self.verifier.decoder.dictionary)  # draft_projection checks draft_vocab
         self.auto_leaves = leaves is None
         if leaves is None:
