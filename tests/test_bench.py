@@ -10,6 +10,7 @@ from pardec_fairseq.cli import ctranslate2_baseline
 from pardec_fairseq.cli.bench import main, parse_args
 from pardec_fairseq.cli.bench_metrics import edit_ratio
 from pardec_fairseq.cli.bench_runs import algorithm_variant, build_runs
+from pardec_fairseq.cli.bench_timing import ORDERS, timing_order
 from pardec_fairseq.cli.loading import load_task_and_models
 from pardec_fairseq.cli.module_profile import ModuleProfile
 from pardec_fairseq.decoding import build_generator
@@ -25,14 +26,14 @@ def test_bench_reports_every_generator(toy_experiment, tmp_path, capsys):
     main([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
           "--algorithms", "greedy", "retrieval", "lookahead", "--max-sentences", "30", "--batch-size", "4",
           "--repetitions", "2", "--references", str(root / "test.tgt"), "--sources", str(root / "test.src"),
-          "--gec", "--detok", "space", "--out-dir", str(tmp_path), "--name", "toy"])
+          "--gec", "--detok", "space", "--order", "batches", "--out-dir", str(tmp_path), "--name", "toy"])
     report = json.loads((tmp_path / "toy.json").read_text())
     rows = {row["algorithm"]: row for row in report["results"]}
     assert set(rows) == {"fairseq-greedy", "fairseq-beam5", "greedy", "retrieval", "lookahead"}
     assert rows["retrieval"]["identical_to_greedy"] == rows["lookahead"]["identical_to_greedy"] == 1.0
     assert rows["greedy"]["drafting_share"] == 0.0 and rows["lookahead"]["drafting_share"] == 1.0
     assert 0.5 < rows["retrieval"]["drafting_share"] <= 1.0 and rows["fairseq-beam5"]["drafting_share"] is None
-    assert report["meta"]["sentences"] == 30
+    assert report["meta"]["sentences"] == 30 and report["meta"]["order"] == "batches"
     assert rows["greedy"]["identical_to_greedy"] == 1.0 and rows["fairseq-greedy"]["identical_to_greedy"] == 1.0
     assert rows["greedy"]["bleu"] == rows["fairseq-greedy"]["bleu"]
     assert rows["greedy"]["iterations"] == rows["greedy"]["tokens"] == rows["fairseq-greedy"]["iterations"]
@@ -48,10 +49,22 @@ def test_bench_reports_every_generator(toy_experiment, tmp_path, capsys):
         assert low <= row["speedup_vs_plugin_greedy"] <= high  # the whole run's ratio lies between its repetitions'
     assert (tmp_path / "toy.png").stat().st_size > 0
     table = (tmp_path / "toy.md").read_text()
-    assert "| greedy |" in table and "BLEU signature" in capsys.readouterr().out
+    assert "| greedy |" in table and "BLEU signature" in capsys.readouterr().out and "batch by batch" in table
     assert "speedup vs fairseq-beam5 | vs plugin greedy |" in table and "| 1.00x (1.00-1.00) |" in table
     ratios = rows["retrieval"]["speedup_vs_plugin_greedy_by_repetition"]
     assert f"x ({min(ratios):.2f}-{max(ratios):.2f}) |" in table.split("| retrieval |")[1].split("\n")[0]
+
+
+def test_the_bench_times_each_generator_over_every_batch_or_batch_by_batch():
+    # by runs (the default): one generator's batches in a row, as fairseq-generate decodes; the first
+    # generator changes with each repetition
+    assert timing_order(3, 2, 1, "runs") == [(1, 0), (1, 1), (2, 0), (2, 1), (0, 0), (0, 1)]
+    # batch by batch: every generator decodes a batch before the next batch; the first changes each batch
+    assert timing_order(3, 2, 0, "batches") == [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1), (0, 1)]
+    for order in ORDERS:
+        for runs, batches, repetition in [(1, 1, 0), (4, 3, 2), (2, 5, 7)]:
+            pairs = timing_order(runs, batches, repetition, order)
+            assert sorted(pairs) == [(run, b) for run in range(runs) for b in range(batches)]
 
 
 def test_bench_runs_every_generator_at_each_thread_count_beside_ctranslate2(toy_experiment, tmp_path):

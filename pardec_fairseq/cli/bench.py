@@ -1,7 +1,8 @@
 """Benchmark: fairseq's own greedy and beam search beside the plugin's algorithms, in one process.
 
-Every generator decodes the same batches of the same model. Repetitions are interleaved batch by
-batch, with the order of the generators rotated, so that machine noise hits all of them alike.
+Every generator decodes the same batches of the same model, each one all of them in turn (as
+fairseq-generate decodes a test set; ``--order batches``: each batch by every generator in turn), the
+order of the generators rotated each repetition, so that machine noise hits all of them alike.
 With several ``--threads`` every generator runs at each thread count (a row each). With
 ``--ctranslate2`` the checkpoint is converted and CTranslate2's greedy search runs beside them in
 float32 and int8. Reported per row: BLEU (sacrebleu on de-BPE'd, detokenized text, with its
@@ -24,7 +25,7 @@ from pardec_fairseq.cli.bench_metrics import speedup_by_edit_ratio, summarize
 from pardec_fairseq.cli.bench_report import (cpu_name, edit_ratio_table, hardware, markdown_table, plot_edit_ratio,
                                              plot_speedups, profile_table)
 from pardec_fairseq.cli.bench_runs import algorithm_variant, build_runs
-from pardec_fairseq.cli.bench_timing import decode_all, profile_modules
+from pardec_fairseq.cli.bench_timing import ORDERS, decode_all, profile_modules
 from pardec_fairseq.cli.loading import load_task_and_models, make_batches, model_and_data_parser
 from pardec_fairseq.decoding import ALGORITHMS
 
@@ -43,7 +44,13 @@ def parse_args(argv=None):
     parser.add_argument("--max-sentences", type=int, default=None,
                         help="decode only sentences with id < N (the first N lines of the split)")
     parser.add_argument("--batch-size", type=int, default=1, help="sentences per batch (1 = latency)")
-    parser.add_argument("--repetitions", type=int, default=2, help="timed passes over the data, interleaved")
+    parser.add_argument("--repetitions", type=int, default=2,
+                        help="timed passes over the data, the generators' order rotated each time")
+    parser.add_argument("--order", choices=ORDERS, default="runs",
+                        help="runs: each generator decodes every batch, then the next one (as fairseq-generate "
+                        "decodes a test set); batches: each batch by every generator in turn, the order rotated "
+                        "each batch (every sentence then starts after other generators ran, as in a process "
+                        "that switches models between sentences)")
     parser.add_argument("--beam", type=int, default=5, help="beam size of the fairseq beam-search baseline")
     parser.add_argument("--max-len-a", type=float, default=0.0)
     parser.add_argument("--max-len-b", type=int, default=200)
@@ -109,7 +116,7 @@ def main(argv=None):
                 logger.warning(ctranslate2_note)
         runs = build_runs(task, models, args, converted if args.ctranslate2 and not ctranslate2_note else None)
         with torch.no_grad():
-            decode_all(runs, models, batches, args.repetitions, device)
+            decode_all(runs, models, batches, args.repetitions, device, args.order)
             profiles = profile_modules(runs, models, batches) if args.profile else None
     rows = summarize(runs, args, task.target_dictionary)
     meta = {
@@ -123,6 +130,7 @@ def main(argv=None):
         "sentences": len(runs[0].tokens),
         "batch_size": args.batch_size,
         "repetitions": args.repetitions,
+        "order": args.order,
     }
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

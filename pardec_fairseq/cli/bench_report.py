@@ -32,7 +32,9 @@ def markdown_table(rows, args, meta):
     against_plugin = "speedup_vs_plugin_greedy" in rows[0]
     lines = [
         f"Benchmark {meta['date']} on {meta['hardware']}: {meta['sentences']} sentences of "
-        f"`{meta['subset']}`, batch size {args.batch_size}, {args.repetitions} interleaved repetitions.",
+        f"`{meta['subset']}`, batch size {args.batch_size}, {args.repetitions} repetitions, "
+        + ("each generator over every batch in turn."
+           if args.order == "runs" else "batch by batch (`--order batches`)."),
         "",
         f"| algorithm | BLEU |{gleu} identical to greedy | iterations | tokens / iteration | passes with a draft "
         f"| sentences / s | ms / token | speedup vs greedy | speedup vs {beam} |"
