@@ -50,6 +50,7 @@ def timing_order(runs: int, batches: int, repetition: int, order: str):
 
 
 def _decode(run, models, batch, b, repetition, device):
+    """One generator's time on batch ``b``; its outputs are kept from the first repetition."""
     if run.threads is not None:
         torch.set_num_threads(run.threads)
     synchronize(device)
