@@ -33,9 +33,9 @@ def decode_all(runs, models, batches, repetitions, device, order="runs"):
 
 
 # runs: each generator decodes every batch, then the next one, as fairseq-generate decodes a test set;
-# batches: each batch by every generator in turn, so every sentence starts after other generators ran,
-# with their weights in the caches instead of its own (2-core Xeon VM, first 200 LibreOffice sentences:
-# gad 1.46x the plugin's greedy by runs, 1.36x batch by batch)
+# batches: each batch by every generator in turn, so every sentence starts cold, after other generators
+# ran (OpenMP's worker asleep, the caches holding their data): milliseconds more in its first passes (2-core
+# Xeon VM, first 200 LibreOffice sentences: gad 1.46x the plugin's greedy by runs, 1.36x batch by batch)
 ORDERS = ("runs", "batches")
 
 
