@@ -166,7 +166,7 @@ class DraftHeadDrafter(Drafter):
         # a one-slot head's chain takes its calls by batch (``chain_steps``), self.steps the most of them
         self.auto_steps = steps is None and head.block_size == 1 and refinement is None and not self.grows_tree
         if self.auto_steps:
-            self.steps = max(self.steps, MOST_CHAIN_STEPS)
+            self.steps = MOST_CHAIN_STEPS
         words = draft_vocab or len(self.verifier.decoder.dictionary)  # draft_projection checks draft_vocab
         self.auto_leaves = leaves is None
         if leaves is None:
