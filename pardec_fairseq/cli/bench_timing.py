@@ -13,7 +13,7 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
-def decode_all(runs, models, batches, repetitions, device, order="runs"):
+def decode_all(runs, models, batches, repetitions, device, order):
     """Time every generator on every batch, in ``order`` (``ORDERS``), rotating which generator goes
     first. Outputs and plugin statistics are kept from the first timed repetition."""
     for run in runs:  # warm-up: first calls allocate caches and select kernels
