@@ -18,6 +18,8 @@ class Proposal:
     # [rows, k] or None (a chain): the pass position of each drafted token's parent, where position 0
     # is the last accepted token and position j + 1 drafted token j; below the token's own position
     parents: Optional[Tensor] = None
+    # the tree's shape when the drafter made it with the draft (``DraftTree.of`` makes it otherwise)
+    tree: Optional["DraftTree"] = None
 
 
 @dataclass
@@ -32,13 +34,15 @@ class DraftTree:
 
     @classmethod
     def of(cls, proposal: Proposal) -> Optional["DraftTree"]:
-        return None if proposal.parents is None else cls.of_parents(proposal.parents)
+        if proposal.parents is None or proposal.tree is not None:
+            return proposal.tree
+        return cls.of_parents(proposal.parents)
 
     @classmethod
     def of_parents(cls, drafted_parents: Tensor) -> "DraftTree":
         """The shape of drafted tokens whose parents' pass positions are ``drafted_parents`` ``[rows, k]``."""
         if drafted_parents.device.type == "cpu":  # one compiled call, position by position from the parent's
-            return cls(*(torch.from_numpy(part) for part in _tree_shape(drafted_parents.contiguous().numpy())))
+            return cls(*(torch.from_numpy(part) for part in tree_shape(drafted_parents.contiguous().numpy())))
         rows, k = drafted_parents.shape
         n = k + 1
         # drafted token j sits at pass position j + 1: its parent is at most j
@@ -58,7 +62,7 @@ PARENT_AFTER_CHILD = "a drafted token's parent must come before it in the propos
 
 
 @numba.njit(cache=True, nogil=True)
-def _tree_shape(drafted_parents):
+def tree_shape(drafted_parents):
     """``DraftTree.of`` of drafted tokens' parents ``[rows, k]``: parents, depth and sees ``[rows, k + 1]``."""
     rows, k = drafted_parents.shape
     parents = np.zeros((rows, k + 1), dtype=np.int64)

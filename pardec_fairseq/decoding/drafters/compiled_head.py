@@ -9,6 +9,7 @@ projection onto the draft words and each slot's argmax are one call (every step 
 proposal in the same call), and the keys and values of the accepted states are projected and written
 in another.
 """
+from dataclasses import dataclass
 from typing import Optional
 
 import numba
@@ -20,6 +21,27 @@ from pardec_fairseq.decoding import vector_kernels
 from pardec_fairseq.decoding.compiled_layers import (CompiledLayers, log_sum_exp, norm_rows, pass_layers, top_words,
                                                      write_keys_values)
 from pardec_fairseq.decoding.drafters.shortlist import ShortlistProjection
+from pardec_fairseq.decoding.proposals import DraftTree, tree_shape
+
+
+@numba.njit(cache=True, nogil=True)
+def _remember_and_draft(accepted_states, path, accepted_first, accepted, outputs, last_states, embeddings, fuse,
+                        slot_embedding, final_norm, output, column_words, first, steps, leaves, sees, cache_views,
+                        layer_weights, memory):
+    """``_remember_accepted`` of the last pass's states ``accepted_states`` from columns ``accepted_first``
+    (none: a batch's first proposal), then ``_draft``; with leaves also the tree's shape
+    (``proposals.tree_shape``)."""
+    if accepted_states.shape[0] > 0:
+        _remember_accepted(accepted_states, path, accepted_first, accepted, last_states, memory, cache_views[0],
+                           cache_views[1])
+    tokens, counts, parents = _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, output,
+                                     column_words, first, steps, leaves, sees, cache_views, layer_weights, memory)
+    if leaves:
+        tree_parents, depth, tree_sees = tree_shape(parents)
+    else:
+        tree_parents, depth = np.empty((0, 0), dtype=np.int64), np.empty((0, 0), dtype=np.int64)
+        tree_sees = np.empty((0, 0, 0), dtype=np.bool_)
+    return tokens, counts, parents, tree_parents, depth, tree_sees
 
 
 @numba.njit(cache=True, nogil=True)
@@ -266,18 +288,27 @@ class CompiledHead:
         self.memory = tuple(product.operands for product in memory)
 
     def draft(self, cache, outputs: Tensor, last_states: Tensor, lengths: Tensor, sees: Tensor,
-              steps: int = 1, leaves: int = 0):
-        """The tokens ``[rows, m]``, their counts ``[rows]`` and their parents' pass positions (``None``: a chain) of
-        ``_draft``: ``steps`` calls' slots' top-1 tokens after each row's last token ``outputs[r,
-        lengths[r]]``, the slots written at columns ``lengths[r]`` on of ``cache``; with ``leaves`` (a
-        one-slot head) the ``steps + leaves`` likeliest of them and the calls' runner-up words. In one
-        compiled call: in the loop each torch operation around it cost microseconds."""
+              steps: int = 1, leaves: int = 0, accepted: Optional["AcceptedStates"] = None):
+        """The tokens ``[rows, m]``, their counts ``[rows]`` and their tree (``None``: a chain) of ``_draft``:
+        ``steps`` calls' slots' top-1 tokens after each row's last token ``outputs[r, lengths[r]]``, the slots
+        written at columns ``lengths[r]`` on of ``cache``; with ``leaves`` (a one-slot head) the ``steps +
+        leaves`` likeliest of them and the calls' runner-up words. ``accepted``: the last pass's states to
+        remember first (``remember``'s). In one compiled call: in the loop each torch operation around it
+        cost microseconds, and the writes and the tree's shape took 30-40 us a pass more as calls of their
+        own on the Intel Xeon VM."""
         first = lengths.numpy()
-        cache.reserve(int(first.max()) + steps * self.slot_embedding.shape[0])
-        drafted, counts, parents = _draft(outputs.numpy(), last_states.numpy(), self.embeddings, self.fuse,
-                                          self.slot_embedding, self.final_norm, *self.projection(), first, steps,
-                                          leaves, sees.numpy(), cache.numpy_views(), self.layer_weights, self.memory)
-        return torch.from_numpy(drafted), torch.from_numpy(counts), torch.from_numpy(parents) if leaves else None
+        reach = int(first.max()) + steps * self.slot_embedding.shape[0]
+        if accepted is not None:
+            reach = max(reach, accepted.reach())
+        cache.reserve(reach)
+        pending = _NOTHING_ACCEPTED if accepted is None else accepted.operands()
+        drafted, counts, parents, tree_parents, depth, tree_sees = _remember_and_draft(
+            *pending, outputs.numpy(), last_states.numpy(), self.embeddings, self.fuse, self.slot_embedding,
+            self.final_norm, *self.projection(), first, steps, leaves, sees.numpy(), cache.numpy_views(),
+            self.layer_weights, self.memory)
+        tree = DraftTree(*(torch.from_numpy(part) for part in (tree_parents, depth, tree_sees))) if leaves else None
+        return torch.from_numpy(drafted), torch.from_numpy(counts), \
+            torch.from_numpy(parents) if leaves else None, tree
 
     def draft_tree(self, cache, tokens: Tensor, last_states: Tensor, lengths: Tensor, steps: int, branches: int,
                    least_probability: float, nodes: int = 0):
@@ -300,17 +331,45 @@ class CompiledHead:
         words = self.output.column_words if isinstance(self.output, ShortlistProjection) else self.plain_column_words
         return self.output.operands, words
 
-    def remember(self, cache, states: Tensor, path: Optional[Tensor], lengths: Tensor, accepted: Tensor,
-                 last_states: Tensor):
-        """Write the keys and values of ``states`` ``[rows, n, d]`` (contiguous; a tree's at its kept pass
-        positions ``path`` ``[rows, m]``, ``None`` for a chain) at columns ``lengths[r]`` on, and each row's
-        state at its last accepted position ``accepted[r]`` into ``last_states`` ``[rows, d]``."""
-        first = lengths.numpy()
-        cache.reserve(int(first.max()) + (states.size(1) if path is None else path.size(1)))
+    def remember(self, cache, accepted: "AcceptedStates", last_states: Tensor):
+        """Write the keys and values of the last pass's accepted states (``AcceptedStates``) and each row's
+        state at its last accepted position into ``last_states`` ``[rows, d]``."""
+        cache.reserve(accepted.reach())
         keys, values = cache.numpy_views()[:2]
-        path = _CHAIN if path is None else path.contiguous().numpy()
-        _remember_accepted(states.numpy(), path, first, accepted.numpy(), last_states.numpy(), self.memory, keys,
-                           values)
+        _remember_accepted(*accepted.operands(), last_states.numpy(), self.memory, keys, values)
+
+
+@dataclass
+class AcceptedStates:
+    """A pass's verifier states that a head remembers, as numpy: ``states`` ``[rows, n, d]`` written at columns
+    ``lengths[r]`` on (the rows' lengths before the pass), a tree's at its kept pass positions ``path`` ``[rows,
+    m]`` (``_CHAIN`` for a chain), each row's last at position ``accepted[r]``."""
+
+    states: np.ndarray
+    path: np.ndarray
+    lengths: np.ndarray
+    accepted: np.ndarray
+
+    @classmethod
+    def of(cls, states: Tensor, path: Optional[Tensor], lengths: Tensor, accepted: Tensor) -> "AcceptedStates":
+        """From the pass's tensors (``path``: ``None`` for a chain); ``lengths`` is copied, as the output advances."""
+        return cls(states.contiguous().numpy(), _CHAIN if path is None else path.contiguous().numpy(),
+                   lengths.numpy().copy(), np.ascontiguousarray(accepted.numpy()))
+
+    def operands(self):
+        """What ``_remember_accepted`` reads: the states, path, first columns and accepted counts."""
+        return self.states, self.path, self.lengths, self.accepted
+
+    def reach(self) -> int:
+        """The columns the writes need."""
+        return int(self.lengths.max()) + (self.states.shape[1] if self.path.shape[0] == 0 else self.path.shape[1])
+
+    def keep_rows(self, rows: np.ndarray) -> "AcceptedStates":
+        return AcceptedStates(self.states[rows], self.path if self.path.shape[0] == 0 else self.path[rows],
+                              self.lengths[rows], self.accepted[rows])
 
 
 _CHAIN = np.zeros((0, 0), dtype=np.int64)  # ``_remember_accepted``'s path of a chain: every position
+# ``_remember_and_draft``'s operands when nothing is to be remembered (a batch's first proposal)
+_NOTHING_ACCEPTED = (np.zeros((0, 0, 0), dtype=np.float32), _CHAIN, np.zeros(0, dtype=np.int64),
+                     np.zeros(0, dtype=np.int64))

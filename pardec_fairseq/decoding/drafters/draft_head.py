@@ -26,7 +26,7 @@ from pardec_fairseq.decoding import vector_kernels
 from pardec_fairseq.decoding.compiled_layers import CompiledLayers, compiles
 from pardec_fairseq.decoding.drafters import Drafter, draft_projection
 from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
-from pardec_fairseq.decoding.drafters.compiled_head import CompiledHead
+from pardec_fairseq.decoding.drafters.compiled_head import AcceptedStates, CompiledHead
 from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist, ShortlistProjection, nothing_to_add
 from pardec_fairseq.decoding.fast_ops import Norm, Product
@@ -254,15 +254,20 @@ class DraftHeadDrafter(Drafter):
         if self.shortlist is not None:
             self.output_layer.select(self.shortlist.words(net_input["src_tokens"]))
         self.last_state = enc.new_zeros(rows, self.slot_embedding.size(1))
+        self.accepted: Optional[AcceptedStates] = None  # the last pass's states, remembered by the next proposal
         self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
         self.batch_leaves = self.leaves if not self.auto_leaves or (self.trees_allowed and rows == 1) else 0
         self.batch_steps = chain_steps(rows, self.batch_leaves, enc.device) if self.auto_steps else self.steps
 
     def propose(self, state) -> Proposal:
+        accepted, self.accepted = self.accepted, None
         if self.compiled_head is not None and not self.grows_tree and self.refinement is None:
-            tokens, counts, parents = self.compiled_head.draft(self.cache, state.tokens, self.last_state, state.lengths,
-                                                               self.all_slots.sees, self.batch_steps, self.batch_leaves)
-            return Proposal(tokens=tokens, lengths=counts, parents=parents)
+            tokens, counts, parents, tree = self.compiled_head.draft(
+                self.cache, state.tokens, self.last_state, state.lengths, self.all_slots.sees, self.batch_steps,
+                self.batch_leaves, accepted)
+            return Proposal(tokens=tokens, lengths=counts, parents=parents, tree=tree)
+        if accepted is not None:
+            self.compiled_head.remember(self.cache, accepted, self.last_state)
         last_tokens = state.last_tokens().view(-1)
         if self.refinement is not None:
             logits = self.output_layer(self.slot_features(last_tokens, self.last_state, state.lengths))
@@ -382,11 +387,11 @@ class DraftHeadDrafter(Drafter):
 
     def update(self, scores, verdict, state):
         """Keep the states of the tokens the pass accepted (the pass's first token and the accepted
-        draft), at the row's next columns."""
+        draft), at the row's next columns: compiled, in the next proposal's call (``AcceptedStates``; a
+        tree's path gathered there), so a sentence's last pass writes nothing."""
         states = scores.hidden_states(0)
-        if self.compiled_head is not None:  # a tree's path gathered in the compiled call
-            self.compiled_head.remember(self.cache, states.contiguous(), verdict.path, state.lengths, verdict.accepted,
-                                        self.last_state)
+        if self.compiled_head is not None:
+            self.accepted = AcceptedStates.of(states, verdict.path, state.lengths, verdict.accepted)
             return
         if verdict.path is not None:
             states = states.gather(1, verdict.path.unsqueeze(2).expand(-1, -1, states.size(2)))
@@ -406,6 +411,8 @@ class DraftHeadDrafter(Drafter):
             self.cache.buffers[i, 1].scatter_(2, index, keys_values[1])
 
     def keep_rows(self, rows):
+        if self.accepted is not None:
+            self.accepted = self.accepted.keep_rows(rows.cpu().numpy())
         self.cache.keep_rows(rows)
         self.last_state = self.last_state[rows]
         self.all_slots = AmongNew(self.all_slots.sees[rows])
