@@ -137,6 +137,8 @@ class TreeScores:
         self.lprobs, self.tree, self.steps, self.max_len = lprobs, tree, steps, max_len
 
     def span(self, start, stop, rows=None, needed=None):
+        if needed is None:
+            return self.lprobs[:, start:stop]
         return self.lprobs[:, start:stop].masked_fill(~needed.unsqueeze(-1), -math.inf)
 
 

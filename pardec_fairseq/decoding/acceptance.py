@@ -110,14 +110,16 @@ def _rank_tree(lprobs, tokens, parents, depth, real, within_limit, running, top_
 
 
 @numba.njit(cache=True, nogil=True)
-def _rank_tree_path(lprobs, drafted, parents, depth, real, steps, max_len, running):
+def _rank_tree_path(lprobs, drafted, counts, parents, depth, steps, max_len, running):
     """``ExactAcceptance._accept_path`` on a CPU after the projection: ``_rank_tree`` over the pass's
-    tokens (the last accepted one, then ``drafted`` ``[rows, n - 1]``) and the verdict read off each
-    row's deepest kept position, as ``tree_verdict`` reads it (its accepted counts, path, tokens and
-    cumulative scores); ``None`` where a row met a tie on its way."""
+    tokens (the last accepted one, then ``drafted`` ``[rows, n - 1]``, of which each row's first
+    ``counts[r]`` are real) and the verdict read off each row's deepest kept position, as
+    ``tree_verdict`` reads it (its accepted counts, path, tokens and cumulative scores); ``None`` where
+    a row met a tie on its way."""
     rows, n = depth.shape
     tokens = np.zeros((rows, n), dtype=drafted.dtype)
     tokens[:, 1:] = drafted
+    real = np.arange(n).reshape((1, n)) <= counts.reshape((rows, 1))
     top_scores = np.full((rows, n), -np.inf, dtype=lprobs.dtype)
     top_tokens = np.zeros((rows, n), dtype=drafted.dtype)
     deepest = _rank_tree(lprobs, tokens, parents, depth, real, steps <= max_len, running, top_scores, top_tokens)
@@ -218,17 +220,22 @@ class ExactAcceptance:
         than a chain's, and the path's torch operations 0.1-0.2 ms more)."""
         tree = scores.tree
         rows, n = tree.depth.shape
-        positions = torch.arange(n, device=tree.depth.device)
-        real = positions <= proposal.lengths.unsqueeze(1)  # position 0 and the drafted tokens
-        lprobs = scores.span(0, n, None, real)
-        if lprobs.device.type == "cpu" and lprobs.dtype == torch.float32:
+        cpu = proposal.lengths.device.type == "cpu"
+        if cpu and proposal.lengths.numpy().min() == n - 1:  # every row drafted as many: all positions are real
+            real, lprobs = None, scores.span(0, n)  # (checked in numpy: each torch operation cost microseconds)
+        else:
+            real = torch.arange(n, device=tree.depth.device) <= proposal.lengths.unsqueeze(1)  # position 0, drafts
+            lprobs = scores.span(0, n, None, real)
+        if cpu and lprobs.dtype == torch.float32:
             ranked = _rank_tree_path(lprobs.contiguous().numpy(), proposal.tokens.contiguous().numpy(),
-                                     tree.parents.contiguous().numpy(), tree.depth.contiguous().numpy(),
-                                     real.numpy(), scores.steps.contiguous().numpy(), scores.max_len,
-                                     cumulative_before.contiguous().numpy())
+                                     proposal.lengths.contiguous().numpy(), tree.parents.contiguous().numpy(),
+                                     tree.depth.contiguous().numpy(), scores.steps.contiguous().numpy(),
+                                     scores.max_len, cumulative_before.contiguous().numpy())
             if ranked is not None:  # else a tie on the way: fairseq's ``topk`` decides it
                 accepted, path, tokens, cumulative = (torch.from_numpy(part) for part in ranked)
                 return Verdict(accepted=accepted, tokens=tokens, cumulative=cumulative, path=path)
+        if real is None:
+            real = torch.ones(rows, n, dtype=torch.bool)
         tokens = torch.cat([proposal.tokens.new_zeros(rows, 1), proposal.tokens], 1)  # [rows, n]
         within_limit = scores.steps <= scores.max_len
         top_scores, top_tokens, deepest = ExactAcceptance._rank_every_node(lprobs, tokens, tree, real, within_limit,
