@@ -1,4 +1,4 @@
-"""The draft head's drafting call and its cache writes on a CPU, each one compiled call.
+"""The draft head's drafting call and its cache writes on a CPU, in one compiled call.
 
 Why: with the head's layer compiled, the rest of a drafting call still went through torch one
 operation at a time: on this project's CPU (LibreOffice ``cpu40`` verifier, k = 4, 4,096 draft
@@ -6,8 +6,9 @@ words, batch 1) the layer took 0.16 ms of a 0.45 ms call, the slot inputs (embed
 embedding) 0.11, the projection 0.13 and the argmax 0.05, and writing the accepted states' keys and
 values 0.12 ms more. Here the slot inputs, the layers (``pass_layers``), the final norm, the
 projection onto the draft words and each slot's argmax are one call (every step of an autoregressive
-proposal in the same call), and the keys and values of the accepted states are projected and written
-in another.
+proposal in the same call), and the keys and values of the last pass's accepted states are projected
+and written first in the same call (``AcceptedStates``; on their own, where the head drafts a tree a
+level a call or through a refinement).
 """
 from dataclasses import dataclass
 from typing import Optional
