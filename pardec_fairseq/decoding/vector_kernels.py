@@ -90,6 +90,14 @@ PREFETCH_ROWS = 16
 # 1.01-1.09 times 128 rows (8 KB) ahead (AVX-512's wider stripes, 32 rows, were not measured). One-row
 # tiles keep 16 rows: further ahead slowed greedy's steps
 EXACT_ROWS_PREFETCH_BYTES = 8192
+# how far ahead in its stripe AVX-512's float32 tile (``_fixed_register_loop``) asks for its weights, into
+# every cache level (``prefetcht0``): with the hardware's prefetch alone, on the Intel Xeon VM the
+# tile's arithmetic waited on its reads from L3. There (2 threads, 2026-11-29) the verifier's decoder
+# layers took 370 us over 6 tokens and 283 over one against 384 and 282 unhinted, its encoder 783 us
+# for 20 source tokens against 888, and on the first 200 LibreOffice sentences greedy ran 0.904 ms a
+# token against 0.936 (`gad` with the draft head 0.583 against 0.608). Non-temporally (``prefetchnta``)
+# the lines skipped L3 and came from memory each pass: 6 tokens' layers took 755-987 us
+FIXED_PREFETCH_BYTES = 4096
 # a byte product's weight levels either side of zero: 2 * 255 * 63 fits the int16 sums of vpmaddubsw
 BYTE_WEIGHT_LARGEST = 63
 
@@ -120,7 +128,7 @@ def _prefetch_locality(rows: int, exact: bool):
     turns (measured on the verifier before the non-temporal hint: its 4-token pass's arithmetic took
     1.47 ms unhinted, 1.33 with this one 16 rows ahead, 1.30-1.37 8 ahead, 1.43 32 ahead); one row
     streams fast enough unhinted (and was slower hinted). With AVX-512 the float32 tiles run
-    ``_fixed_register_loop``, which asks for nothing."""
+    ``_fixed_register_loop``, which asks for them into every cache level (``FIXED_PREFETCH_BYTES``)."""
     if exact:
         return 0
     return 3 if rows > 1 else None
@@ -331,12 +339,14 @@ def _fixed_register_loop(builder, depth, starts, stripe, x_rows, accumulators):
     cache the other, and LLVM's 5-row tile spilled differently in each: on a Zen 4 VM 5 rows x (256, 8,296)
     from L3 took 113 us in one and 282 in the other; this loop ran alike in both, and in the decoding loop (both
     loaded from numba's cache, pass by pass in one process) a one-token pass's layers took 4-8% less time than
-    with LLVM's loop, `gad`'s 5-token ones 4-6% less. No software prefetch: the hardware's prefetch streams
-    these rows, and from memory 5 rows then cost what one does (274-284 us against 324-330 hinted)."""
+    with LLVM's loop, `gad`'s 5-token ones 4-6% less. Its weights are asked for ``FIXED_PREFETCH_BYTES`` ahead, into every
+    cache level: on the Zen 4 VM the hardware's prefetch alone streamed these rows (from memory 5 rows cost
+    what one does, 274-284 us against 324-330 asked for non-temporally), on the Intel Xeon VM it did not."""
     rows = len(accumulators)
     vector = accumulators[0][0].type.pointee
     count = rows * 4
     body = [f"vmovups (${count + v}), %zmm{28 + v}" for v in range(4)]
+    body += [f"prefetcht0 {FIXED_PREFETCH_BYTES}(${count + v})" for v in range(4)]
     for r in range(rows):
         body.append(f"vbroadcastss (${count + 4 + r}), %zmm27")
         body += [f"vfmadd231ps %zmm{28 + v}, %zmm27, ${4 * r + v}" for v in range(4)]
