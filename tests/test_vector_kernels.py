@@ -224,6 +224,18 @@ def test_byte_quads_round_each_row_to_bytes_four_to_a_word():
     assert octets[1].tolist() == [128] * 5 + [0] * 3
 
 
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 3), depth=st.integers(1, 70), seed=st.integers(0, 2 ** 31 - 1))
+def test_byte_quads_scale_each_row_by_its_largest_magnitude(rows, depth, seed):
+    """Whichever of the 16 running maxima the largest magnitude falls in, the scale is numpy's."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, depth)) * rng.uniform(1e-3, 1e3)).astype(np.float32)
+    quads, scales = vector_kernels.byte_quads(x)
+    assert scales.tolist() == (np.abs(x).max(axis=1) / np.float32(127)).tolist()
+    octets = quads.view(np.uint8).reshape(rows, -1)[:, :depth].astype(np.float64) - 128
+    assert np.array_equal(octets * scales[:, None].astype(np.float64), rounded_rows(x))
+
+
 @needs_byte_products
 @settings(max_examples=60, deadline=None)
 @given(**bfloat16_operands)

@@ -462,14 +462,19 @@ def bfloat16_pairs(x):
 def byte_quads(x):
     """Float32 rows ``[rows, in]`` rounded to 255 levels each (a scale per row: its largest magnitude maps
     to 127), shifted by 128 to unsigned bytes, 4 to a uint32 ``[rows, ceil(in / 4)]`` (zero-padded); and
-    the scales."""
+    the scales. The largest magnitude is the largest of 16 running ones, so that the scan vectorises: one
+    at a time each waited on the last, and a 256-wide row took 0.47 us against 0.30 on the Intel Xeon VM."""
     rows, depth = x.shape
     octets = np.zeros((rows, 4 * ((depth + 3) // 4)), dtype=np.uint8)
     scales = np.empty(rows, dtype=np.float32)
+    lanes = np.empty(16, dtype=np.float32)
     for r in range(rows):
-        largest = np.float32(0.0)
+        lanes[:] = 0.0
         for i in range(depth):
-            largest = max(largest, abs(x[r, i]))
+            lanes[i % 16] = max(lanes[i % 16], abs(x[r, i]))
+        largest = np.float32(0.0)
+        for lane in range(16):
+            largest = max(largest, lanes[lane])
         scales[r] = largest / np.float32(127) if largest > 0 else np.float32(1)
         inverse = np.float32(1) / scales[r]
         for i in range(depth):
