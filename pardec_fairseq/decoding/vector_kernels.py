@@ -339,9 +339,10 @@ def _fixed_register_loop(builder, depth, starts, stripe, x_rows, accumulators):
     cache the other, and LLVM's 5-row tile spilled differently in each: on a Zen 4 VM 5 rows x (256, 8,296)
     from L3 took 113 us in one and 282 in the other; this loop ran alike in both, and in the decoding loop (both
     loaded from numba's cache, pass by pass in one process) a one-token pass's layers took 4-8% less time than
-    with LLVM's loop, `gad`'s 5-token ones 4-6% less. Its weights are asked for ``FIXED_PREFETCH_BYTES`` ahead, into every
-    cache level: on the Zen 4 VM the hardware's prefetch alone streamed these rows (from memory 5 rows cost
-    what one does, 274-284 us against 324-330 asked for non-temporally), on the Intel Xeon VM it did not."""
+    with LLVM's loop, `gad`'s 5-token ones 4-6% less. Its weights are asked for ``FIXED_PREFETCH_BYTES``
+    ahead, into every cache level: on the Zen 4 VM the hardware's prefetch alone streamed these rows (from
+    memory 5 rows cost what one does, 274-284 us against 324-330 asked for non-temporally), on the Intel
+    Xeon VM it did not."""
     rows = len(accumulators)
     vector = accumulators[0][0].type.pointee
     count = rows * 4
