@@ -96,7 +96,7 @@ EXACT_ROWS_PREFETCH_BYTES = 8192
 # layers took 370 us over 6 tokens and 283 over one against 384 and 282 unhinted, its encoder 783 us
 # for 20 source tokens against 888, and on the first 200 LibreOffice sentences greedy ran 0.904 ms a
 # token against 0.936 (`gad` with the draft head 0.583 against 0.608). Non-temporally (``prefetchnta``)
-# the lines skipped L3 and came from memory each pass: 6 tokens' layers took 755-987 us
+# the lines skipped L3 and came from memory each pass: the layers over 2-6 tokens took 755-987 us
 FIXED_PREFETCH_BYTES = 4096
 # a byte product's weight levels either side of zero: 2 * 255 * 63 fits the int16 sums of vpmaddubsw
 BYTE_WEIGHT_LARGEST = 63
