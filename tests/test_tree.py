@@ -4,6 +4,7 @@ import argparse
 import math
 import random
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +18,7 @@ from pardec_fairseq.decoding.fast_layers import FastCache
 from pardec_fairseq.decoding.fast_verifier import FastVerifier
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.proposals import DraftTree, Proposal
+from pardec_fairseq.decoding.verifier import _fairseq_log_probs
 from test_engine import run_engine
 from test_retrieval import write_split
 from test_lossless_matches_fairseq import GENERATION_DEFAULTS, assert_same_hypotheses, fairseq_beam_one
@@ -131,10 +133,18 @@ def test_a_tree_pass_scores_each_branch_as_its_own_chain_pass_and_keeps_the_chos
 
 
 class TreeScores:
-    """Stands in for ``VerifierScores`` of a tree pass with given log-probabilities and fairseq steps."""
+    """Stands in for ``VerifierScores`` of a tree pass with given log-probabilities and fairseq steps, and
+    with ``logits`` and ``rule`` the logits they were normalised from (``fairseq_log_probs_into``'s)."""
 
-    def __init__(self, lprobs, tree, steps, max_len):
+    def __init__(self, lprobs, tree, steps, max_len, logits=None, rule=None):
         self.lprobs, self.tree, self.steps, self.max_len = lprobs, tree, steps, max_len
+        self.given_logits, self.rule = logits, rule
+
+    def logits(self, stop):
+        return None if self.given_logits is None else self.given_logits[:, :stop].contiguous().numpy()
+
+    def log_prob_rule(self):
+        return self.rule
 
     def span(self, start, stop, rows=None, needed=None):
         if needed is None:
@@ -144,13 +154,14 @@ class TreeScores:
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), rows=st.integers(1, 4), branches=st.integers(0, 5), vocab=st.integers(2, 12),
-       coarse=st.booleans(), max_len=st.integers(0, 8))
+       coarse=st.booleans(), max_len=st.integers(0, 8), handed_logits=st.booleans())
 def test_exact_acceptance_of_a_tree_keeps_the_deepest_path_of_fairseqs_choices(seed, rows, branches, vocab, coarse,
-                                                                                 max_len):
+                                                                                 max_len, handed_logits):
     """Walked by hand with fairseq's ``topk`` from the last accepted token: the deepest node (the first
     of the deepest) whose path holds the choice at every step within the length limit, its choices and
     scores. With ``coarse`` scores many are tied (``topk`` decides those) and some -inf; small
-    vocabularies give siblings with one token."""
+    vocabularies give siblings with one token. With ``handed_logits`` the verifier hands over logits,
+    which the ranking normalises where it reaches (pad, an unknown word's penalty, EOS's length rules)."""
     rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
     trees = [random_tree(rng, [rng.randrange(vocab) for _ in range(4)], rng.randint(0, 4), branches, 0.3, 24)
              for _ in range(rows)]
@@ -168,6 +179,11 @@ def test_exact_acceptance_of_a_tree_keeps_the_deepest_path_of_fairseqs_choices(s
     steps = torch.randint(0, 3, (rows, 1), generator=generator) + tree.depth
     running = -torch.rand(rows, generator=generator) * 5
     scores = TreeScores(lprobs, tree, steps, max_len)
+    if handed_logits:  # pad 1, unknown 0 penalised, EOS 2 forced from step max_len, forbidden before step 1
+        rule = (max_len, 1, 1 % vocab, 0, np.float32(0.5), 2 % vocab)
+        lprobs = torch.from_numpy(_fairseq_log_probs(logits.view(-1, vocab).numpy(), steps.reshape(-1).numpy(),
+                                                     rule)).view(logits.shape)
+        scores = TreeScores(lprobs, tree, steps, max_len, logits, rule)
     verdict = ExactAcceptance().accept(proposal, scores, running)
     # on a CPU one compiled call reads the path off; the torch version, which a GPU runs, reads the same
     real = torch.arange(k + 1) <= proposal.lengths.unsqueeze(1)

@@ -124,8 +124,7 @@ class Verifier:
             logits = self.logits(0, features[0])
             if logits.dtype == torch.float32 and logits.is_contiguous():
                 out = _fairseq_log_probs(logits.numpy().reshape(-1, logits.size(-1)),
-                                         steps.reshape(-1).contiguous().numpy(), max_len, self.options.min_len,
-                                         self.pad, self.unk, np.float32(self.options.unk_penalty), self.eos)
+                                         steps.reshape(-1).contiguous().numpy(), self.log_prob_rule(max_len))
                 return torch.from_numpy(out).view(logits.shape)
         log_probs = []
         for model, (decoder, x) in enumerate(zip(self.decoders, features)):
@@ -143,6 +142,11 @@ class Verifier:
             lprobs[..., self.unk] -= self.options.unk_penalty
         return self.options.apply_length_limits(lprobs, steps, max_len, self.eos)
 
+    def log_prob_rule(self, max_len: int):
+        """What ``fairseq_log_probs_into`` reads besides a row and its step, for outputs of up to ``max_len``
+        tokens."""
+        return max_len, self.options.min_len, self.pad, self.unk, np.float32(self.options.unk_penalty), self.eos
+
 
 def plain_log_softmax(models, options) -> bool:
     """Whether the log-probabilities come from one model's log-softmax as fairseq's base decoder
@@ -154,31 +158,40 @@ def plain_log_softmax(models, options) -> bool:
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _fairseq_log_probs(logits, steps, max_len, min_len, pad, unk, unk_penalty, eos):
+def _fairseq_log_probs(logits, steps, rule):
     """``Verifier.log_probs`` of one model's logits ``[m, vocab]`` at fairseq steps ``steps`` ``[m]``, a
-    row at a time in one compiled call, rows shared among numba's threads (the six torch operations took
-    0.06 ms for one row and 0.1 for six on the Zen 3 VM, this 0.02 and 0.05): the log-softmax (its
-    exponentials ``log_sum_exp``'s, within 4e-6 of torch's), a row without a finite normaliser (a NaN or
-    an infinity in it) all -inf as ``nan_to_num`` leaves it, pad -inf, the unknown word penalised, EOS
-    forced from step ``max_len`` on and forbidden before ``min_len``."""
-    m, vocab = logits.shape
+    row at a time (``fairseq_log_probs_into``, by ``rule``) in one compiled call, rows shared among
+    numba's threads (the six torch operations took 0.06 ms for one row and 0.1 for six on the Zen 3 VM,
+    this 0.02 and 0.05)."""
     out = np.empty_like(logits)
-    for r in numba.prange(m):
-        normaliser = log_sum_exp(logits[r])
-        if np.isfinite(normaliser):
-            for v in range(vocab):
-                out[r, v] = logits[r, v] - normaliser
-        else:
-            out[r] = -np.inf
-        out[r, pad] = -np.inf
-        out[r, unk] -= unk_penalty
-        if steps[r] >= max_len:
-            kept = out[r, eos]
-            out[r] = -np.inf
-            out[r, eos] = kept
-        if steps[r] < min_len:
-            out[r, eos] = -np.inf
+    for r in numba.prange(logits.shape[0]):
+        fairseq_log_probs_into(logits[r], steps[r], rule, out[r])
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def fairseq_log_probs_into(logits, step, rule, out):
+    """One row of ``_fairseq_log_probs``: the log-probabilities of logits ``[vocab]`` at fairseq step
+    ``step`` into ``out``, by ``rule`` (``Verifier.log_prob_rule``: max_len, min_len, pad, unk,
+    unk_penalty, eos): the log-softmax (its exponentials ``log_sum_exp``'s, within 4e-6 of torch's), a
+    row without a finite normaliser (a NaN or an infinity in it) all -inf as ``nan_to_num`` leaves it,
+    pad -inf, the unknown word penalised, EOS forced from step ``max_len`` on and forbidden before
+    ``min_len``."""
+    max_len, min_len, pad, unk, unk_penalty, eos = rule
+    normaliser = log_sum_exp(logits)
+    if np.isfinite(normaliser):
+        for v in range(logits.shape[0]):
+            out[v] = logits[v] - normaliser
+    else:
+        out[:] = -np.inf
+    out[pad] = -np.inf
+    out[unk] -= unk_penalty
+    if step >= max_len:
+        kept = out[eos]
+        out[:] = -np.inf
+        out[eos] = kept
+    if step < min_len:
+        out[eos] = -np.inf
 
 
 class VerifierScores:
@@ -261,6 +274,26 @@ class VerifierScores:
         if self.timer:
             self.projection_seconds += self.timer() - began
         return lprobs
+
+    def logits(self, stop: int) -> Optional[np.ndarray]:
+        """Where ``Verifier.log_probs`` runs compiled (one model, on a CPU, in float32) and nothing was
+        projected yet: the logits ``[rows, stop, vocab]`` of positions ``0 .. stop - 1`` as numpy, for a
+        ranking that normalises only the positions it reaches (``fairseq_log_probs_into``, by
+        ``log_prob_rule``); else ``None``."""
+        if not self.verifier.compiled_log_probs or self.computed is not None:
+            return None
+        features = self.features_through(stop)[0][:, :stop]
+        if features.device.type != "cpu" or features.dtype != torch.float32:
+            return None
+        began = self.timer() if self.timer else 0.0
+        logits = self.verifier.logits(0, features).contiguous().numpy()
+        if self.timer:
+            self.projection_seconds += self.timer() - began
+        return logits
+
+    def log_prob_rule(self):
+        """``Verifier.log_prob_rule`` of this pass's length limit."""
+        return self.verifier.log_prob_rule(self.max_len)
 
     def hidden_states(self, model: int = 0) -> Tensor:
         """``[rows, n, d]``: model ``model``'s decoder output at every position of the pass, before
