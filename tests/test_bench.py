@@ -55,15 +55,21 @@ def test_bench_reports_every_generator(toy_experiment, tmp_path, capsys):
     assert f"x ({min(ratios):.2f}-{max(ratios):.2f}) |" in table.split("| retrieval |")[1].split("\n")[0]
 
 
-def test_the_bench_times_each_generator_over_every_batch_or_batch_by_batch():
+def test_the_bench_times_by_chunks_of_batches_by_runs_or_batch_by_batch():
     # by runs (the default): one generator's batches in a row, as fairseq-generate decodes; the first
     # generator changes with each repetition
     assert timing_order(3, 2, 1, "runs") == [(1, 0), (1, 1), (2, 0), (2, 1), (0, 0), (0, 1)]
     # batch by batch: every generator decodes a batch before the next batch; the first changes each batch
     assert timing_order(3, 2, 0, "batches") == [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1), (0, 1)]
+    # by chunks: each generator over a chunk's batches, every generator in turn; the first changes each
+    # chunk and each repetition; the last chunk takes what is left
+    assert timing_order(2, 5, 0, "chunks", 2) == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (1, 3), (0, 2), (0, 3),
+                                                  (0, 4), (1, 4)]
+    assert timing_order(2, 3, 1, "chunks", 2) == [(1, 0), (1, 1), (0, 0), (0, 1), (0, 2), (1, 2)]
+    assert timing_order(3, 2, 0, "chunks", 1) == timing_order(3, 2, 0, "batches")
     for order in ORDERS:
-        for runs, batches, repetition in [(1, 1, 0), (4, 3, 2), (2, 5, 7)]:
-            pairs = timing_order(runs, batches, repetition, order)
+        for runs, batches, repetition, chunk in [(1, 1, 0, 1), (4, 3, 2, 2), (2, 5, 7, 3), (3, 4, 1, 9)]:
+            pairs = timing_order(runs, batches, repetition, order, chunk)
             assert sorted(pairs) == [(run, b) for run in range(runs) for b in range(batches)]
 
 
@@ -134,12 +140,19 @@ def test_bench_runs_one_algorithm_with_several_option_sets(toy_experiment, tmp_p
                 "iad:acceptance=top-k,acceptance-top-k=3"]
     main([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
           "--algorithms", *variants, "--max-sentences", "12", "--batch-size", "4", "--repetitions", "1",
-          "--references", str(root / "test.tgt"), "--detok", "space", "--out-dir", str(tmp_path), "--name", "v"])
-    rows = {row["algorithm"]: row for row in json.loads((tmp_path / "v.json").read_text())["results"]}
+          "--references", str(root / "test.tgt"), "--detok", "space", "--order", "chunks", "--chunk-batches", "2",
+          "--out-dir", str(tmp_path), "--name", "v"])
+    report = json.loads((tmp_path / "v.json").read_text())
+    assert report["meta"]["order"] == "chunks" and report["meta"]["chunk_batches"] == 2
+    assert "in chunks of 2 batches, each generator over a chunk in turn" in (tmp_path / "v.md").read_text()
+    rows = {row["algorithm"]: row for row in report["results"]}
     assert all(rows[v]["identical_to_greedy"] == 1.0 for v in variants[:3])
     assert rows["iad:acceptance=top-k,acceptance-top-k=3"]["tokens"] > 0
     args = parse_args([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src",
                        "-t", "tgt", "--algorithms", *variants, "--references", str(root / "test.tgt")])
+    with pytest.raises(SystemExit):  # parser.error: "--chunk-batches: give 1 or more batches per chunk"
+        parse_args([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
+                    "--references", str(root / "test.tgt"), "--order", "chunks", "--chunk-batches", "0"])
     task, models = load_task_and_models(args, torch.device("cpu"))
     decoders = {run.name: run.generator.decoder for run in build_runs(task, models, args) if run.plugin}
     assert decoders["iad"].drafter.pass_tokens == 128 and decoders["iad:iad-pass-tokens=8"].drafter.pass_tokens == 8
@@ -166,6 +179,9 @@ def test_bench_gives_gad_its_drafter_and_each_variant_its_acceptance(toy_experim
     args = parse_args([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src",
                        "-t", "tgt", "--drafter-path", str(toy_drafter["checkpoint"]), "--algorithms", *variants,
                        "--references", str(root / "test.tgt")])
+    with pytest.raises(SystemExit):  # parser.error: "--chunk-batches: give 1 or more batches per chunk"
+        parse_args([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
+                    "--references", str(root / "test.tgt"), "--order", "chunks", "--chunk-batches", "0"])
     task, models = load_task_and_models(args, torch.device("cpu"))
     decoders = {run.name: run.generator.decoder for run in build_runs(task, models, args) if run.plugin}
     assert decoders["gad"].drafter.context_window == 2

@@ -1,8 +1,9 @@
 """Benchmark: fairseq's own greedy and beam search beside the plugin's algorithms, in one process.
 
-Every generator decodes the same batches of the same model, each one all of them in turn (as
-fairseq-generate decodes a test set; ``--order batches``: each batch by every generator in turn), the
-order of the generators rotated each repetition, so that machine noise hits all of them alike.
+Every generator decodes the same batches of the same model, in chunks of ``--chunk-batches`` batches:
+each generator all of a chunk's batches in turn (as fairseq-generate decodes a test set), the order of
+the generators rotated each chunk and repetition, so that machine noise hits all of them alike
+(``--order runs``: each generator over all batches in turn; ``batches``: each batch by every generator).
 With several ``--threads`` every generator runs at each thread count (a row each). With
 ``--ctranslate2`` the checkpoint is converted and CTranslate2's greedy search runs beside them in
 float32 and int8. Reported per row: BLEU (sacrebleu on de-BPE'd, detokenized text, with its
@@ -46,11 +47,15 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=1, help="sentences per batch (1 = latency)")
     parser.add_argument("--repetitions", type=int, default=2,
                         help="timed passes over the data, the generators' order rotated each time")
-    parser.add_argument("--order", choices=ORDERS, default="runs",
-                        help="runs: each generator decodes every batch, then the next one (as fairseq-generate "
-                        "decodes a test set); batches: each batch by every generator in turn, the order rotated "
-                        "each batch (every sentence then starts after other generators ran, as in a process "
-                        "that switches models between sentences)")
+    parser.add_argument("--order", choices=ORDERS, default="chunks",
+                        help="chunks: each chunk of --chunk-batches batches by every generator in turn, the order "
+                        "rotated each chunk (a shared machine's load drifts over minutes: the generators meet it "
+                        "alike, and only a chunk's first sentence starts cold); runs: each generator decodes every "
+                        "batch, then the next one (as fairseq-generate decodes a test set); batches: each batch by "
+                        "every generator in turn, the order rotated each batch (every sentence then starts after "
+                        "other generators ran, as in a process that switches models between sentences)")
+    parser.add_argument("--chunk-batches", type=int, default=50,
+                        help="batches per chunk with --order chunks")
     parser.add_argument("--beam", type=int, default=5, help="beam size of the fairseq beam-search baseline")
     parser.add_argument("--max-len-a", type=float, default=0.0)
     parser.add_argument("--max-len-b", type=int, default=200)
@@ -91,6 +96,8 @@ def parse_args(argv=None):
         parser.error("--gec needs --sources (GLEU compares the output with the source and the references)")
     if args.threads and min(args.threads) < 1:
         parser.error("--threads: thread counts are 1 or more")
+    if args.chunk_batches < 1:
+        parser.error("--chunk-batches: give 1 or more batches per chunk")
     if args.threads and len(set(args.threads)) < len(args.threads):
         parser.error("--threads: each thread count can be given once")
     return args
@@ -116,7 +123,7 @@ def main(argv=None):
                 logger.warning(ctranslate2_note)
         runs = build_runs(task, models, args, converted if args.ctranslate2 and not ctranslate2_note else None)
         with torch.no_grad():
-            decode_all(runs, models, batches, args.repetitions, device, args.order)
+            decode_all(runs, models, batches, args.repetitions, device, args.order, args.chunk_batches)
             profiles = profile_modules(runs, models, batches) if args.profile else None
     rows = summarize(runs, args, task.target_dictionary)
     meta = {
@@ -131,6 +138,7 @@ def main(argv=None):
         "batch_size": args.batch_size,
         "repetitions": args.repetitions,
         "order": args.order,
+        **({"chunk_batches": args.chunk_batches} if args.order == "chunks" else {}),
     }
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -33,8 +33,10 @@ def markdown_table(rows, args, meta):
     lines = [
         f"Benchmark {meta['date']} on {meta['hardware']}: {meta['sentences']} sentences of "
         f"`{meta['subset']}`, batch size {args.batch_size}, {args.repetitions} repetitions, "
-        + ("each generator over every batch in turn."
-           if args.order == "runs" else "batch by batch (`--order batches`)."),
+        + {"runs": "each generator over every batch in turn.",
+           "batches": "batch by batch (`--order batches`).",
+           "chunks": f"in chunks of {args.chunk_batches} batches, each generator over a chunk in turn "
+                     "(`--order chunks`)."}[args.order],
         "",
         f"| algorithm | BLEU |{gleu} identical to greedy | iterations | tokens / iteration | passes with a draft "
         f"| sentences / s | ms / token | speedup vs greedy | speedup vs {beam} |"

@@ -13,9 +13,10 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
-def decode_all(runs, models, batches, repetitions, device, order):
-    """Time every generator on every batch, in ``order`` (``ORDERS``), rotating which generator goes
-    first. Outputs and plugin statistics are kept from the first timed repetition."""
+def decode_all(runs, models, batches, repetitions, device, order, chunk_batches=1):
+    """Time every generator on every batch, in ``order`` (``ORDERS``; ``chunks`` of ``chunk_batches``),
+    rotating which generator goes first. Outputs and plugin statistics are kept from the first timed
+    repetition."""
     for run in runs:  # warm-up: first calls allocate caches and select kernels
         if run.threads is not None:
             torch.set_num_threads(run.threads)
@@ -28,25 +29,34 @@ def decode_all(runs, models, batches, repetitions, device, order):
                 stats = run.generator.restart_stats()
                 if repetition == 0:
                     run.stats = stats
-        for run, b in timing_order(len(runs), len(batches), repetition, order):
+        for run, b in timing_order(len(runs), len(batches), repetition, order, chunk_batches):
             _decode(runs[run], models, batches[b], b, repetition, device)
 
 
 # runs: each generator decodes every batch, then the next one, as fairseq-generate decodes a test set;
 # batches: each batch by every generator in turn, so every sentence starts cold, after other generators
 # ran (OpenMP's worker asleep, the caches holding their data): milliseconds more in its first passes (2-core
-# Xeon VM, first 200 LibreOffice sentences: gad 1.46x the plugin's greedy by runs, 1.36x batch by batch)
-ORDERS = ("runs", "batches")
+# Xeon VM, first 200 LibreOffice sentences: gad 1.46x the plugin's greedy by runs, 1.36x batch by batch);
+# chunks (the default): each chunk of ``chunk_batches`` batches by every generator in turn, as runs within a
+# chunk, so that a shared machine's load, which drifts over minutes, hits every generator alike while only a
+# chunk's first batch starts cold (Zen 4 VM, 2026-12-02, all 1,120 LibreOffice sentences: by runs, plugin
+# greedy 1.47 and 0.99 ms a token in two runs an hour apart, gad 0.89 and 0.85, so 1.66x and 1.16x; by chunks
+# of 50, 1.47x and 1.40x, each run's two repetitions within 0.01x of each other)
+ORDERS = ("runs", "batches", "chunks")
 
 
-def timing_order(runs: int, batches: int, repetition: int, order: str):
+def timing_order(runs: int, batches: int, repetition: int, order: str, chunk_batches: int = 1):
     """The (run, batch) pairs of one repetition, in the order they are timed: the generators' order
-    rotates with each repetition (``runs``) or each batch (``batches``), so that machine noise hits all
-    of them alike."""
+    rotates with each repetition (``runs``), each batch (``batches``) or each chunk of ``chunk_batches``
+    batches (``chunks``), so that machine noise hits all of them alike."""
     if order == "runs":
         shift = repetition % runs
         return [(run % runs, b) for run in range(shift, shift + runs) for b in range(batches)]
-    return [((b + repetition + run) % runs, b) for b in range(batches) for run in range(runs)]
+    if order == "batches":
+        chunk_batches = 1
+    starts = range(0, batches, chunk_batches)
+    return [((chunk + repetition + run) % runs, b) for chunk, start in enumerate(starts) for run in range(runs)
+            for b in range(start, min(start + chunk_batches, batches))]
 
 
 def _decode(run, models, batch, b, repetition, device):
