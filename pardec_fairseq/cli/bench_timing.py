@@ -41,7 +41,7 @@ def decode_all(runs, models, batches, repetitions, device, order, chunk_batches=
 # chunk, so that a shared machine's load, which drifts over minutes, hits every generator alike while only a
 # chunk's first batch starts cold (Zen 4 VM, 2026-12-02, all 1,120 LibreOffice sentences: by runs, plugin
 # greedy 1.47 and 0.99 ms a token in two runs an hour apart, gad 0.89 and 0.85, so 1.66x and 1.16x; by chunks
-# of 50, 1.47x and 1.40x, each run's two repetitions within 0.01x of each other)
+# of 50, 1.47x and 1.40x, each run's two repetitions within 0.02x of each other)
 ORDERS = ("runs", "batches", "chunks")
 
 
