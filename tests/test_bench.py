@@ -56,13 +56,13 @@ def test_bench_reports_every_generator(toy_experiment, tmp_path, capsys):
 
 
 def test_the_bench_times_by_chunks_of_batches_by_runs_or_batch_by_batch():
-    # by runs (the default): one generator's batches in a row, as fairseq-generate decodes; the first
-    # generator changes with each repetition
+    # by runs: one generator's batches in a row, as fairseq-generate decodes; the first generator changes
+    # with each repetition
     assert timing_order(3, 2, 1, "runs") == [(1, 0), (1, 1), (2, 0), (2, 1), (0, 0), (0, 1)]
     # batch by batch: every generator decodes a batch before the next batch; the first changes each batch
     assert timing_order(3, 2, 0, "batches") == [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1), (0, 1)]
-    # by chunks: each generator over a chunk's batches, every generator in turn; the first changes each
-    # chunk and each repetition; the last chunk takes what is left
+    # by chunks (the default): each generator over a chunk's batches, every generator in turn; the first
+    # changes each chunk and each repetition; the last chunk takes what is left
     assert timing_order(2, 5, 0, "chunks", 2) == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (1, 3), (0, 2), (0, 3),
                                                   (0, 4), (1, 4)]
     assert timing_order(2, 3, 1, "chunks", 2) == [(1, 0), (1, 1), (0, 0), (0, 1), (0, 2), (1, 2)]
@@ -179,9 +179,6 @@ def test_bench_gives_gad_its_drafter_and_each_variant_its_acceptance(toy_experim
     args = parse_args([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src",
                        "-t", "tgt", "--drafter-path", str(toy_drafter["checkpoint"]), "--algorithms", *variants,
                        "--references", str(root / "test.tgt")])
-    with pytest.raises(SystemExit):  # parser.error: "--chunk-batches: give 1 or more batches per chunk"
-        parse_args([str(toy_experiment["data"]), "--path", str(toy_experiment["checkpoint"]), "-s", "src", "-t", "tgt",
-                    "--references", str(root / "test.tgt"), "--order", "chunks", "--chunk-batches", "0"])
     task, models = load_task_and_models(args, torch.device("cpu"))
     decoders = {run.name: run.generator.decoder for run in build_runs(task, models, args) if run.plugin}
     assert decoders["gad"].drafter.context_window == 2

@@ -48,12 +48,9 @@ ORDERS = ("runs", "batches", "chunks")
 def timing_order(runs: int, batches: int, repetition: int, order: str, chunk_batches: int = 1):
     """The (run, batch) pairs of one repetition, in the order they are timed: the generators' order
     rotates with each repetition (``runs``), each batch (``batches``) or each chunk of ``chunk_batches``
-    batches (``chunks``), so that machine noise hits all of them alike."""
-    if order == "runs":
-        shift = repetition % runs
-        return [(run % runs, b) for run in range(shift, shift + runs) for b in range(batches)]
-    if order == "batches":
-        chunk_batches = 1
+    batches (``chunks``), so that machine noise hits all of them alike: ``runs`` is one chunk of every
+    batch, ``batches`` chunks of one."""
+    chunk_batches = {"runs": max(batches, 1), "batches": 1}.get(order, chunk_batches)
     starts = range(0, batches, chunk_batches)
     return [((chunk + repetition + run) % runs, b) for chunk, start in enumerate(starts) for run in range(runs)
             for b in range(start, min(start + chunk_batches, batches))]
