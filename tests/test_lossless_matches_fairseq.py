@@ -11,7 +11,7 @@ from pardec_fairseq.decoding import DecodingConfig, build_generator
 from tiny import build_transformer, make_batch, make_dictionary
 
 GENERATION_DEFAULTS = dict(max_len_a=0.0, max_len_b=200, min_len=1, unkpen=0.0, lenpen=1.0, temperature=1.0)
-LOSSLESS = ["greedy", "iad", "jacobi", "gs-jacobi", "hybrid-jacobi", "bpd", "lookahead"]
+LOSSLESS = ["greedy", "iad", "jacobi", "gs-jacobi", "hybrid-jacobi", "bpd", "lookahead", "self-draft"]
 
 
 def model_for(algorithm, dictionary, block_heads=3, zero_heads=False, identity_first_head=False, **options):
@@ -72,7 +72,8 @@ decoding_configs = st.builds(
     iad_draft_length=st.sampled_from(["auto", "source", "adaptive"]),
     jacobi_block_size=st.integers(1, 6), jacobi_parallel_length=st.one_of(st.none(), st.integers(0, 12)),
     lookahead_window=st.integers(1, 5), lookahead_ngram=st.integers(2, 4), lookahead_guesses=st.integers(0, 5),
-    lookahead_pool=st.integers(0, 6),
+    lookahead_pool=st.integers(0, 6), self_draft_steps=st.integers(1, 8),
+    draft_precision=st.sampled_from(["auto", "float32", "bfloat16", "int8"]),
 )
 
 

@@ -20,6 +20,7 @@ from pardec_fairseq.decoding.drafters.jacobi import JacobiDrafter
 from pardec_fairseq.decoding.drafters.lookahead import LookaheadDrafter
 from pardec_fairseq.decoding.drafters.refinement import draft_refinement
 from pardec_fairseq.decoding.drafters.retrieval import RetrievalDrafter, SuffixIndex
+from pardec_fairseq.decoding.drafters.self_draft import SelfDrafter
 from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist, nothing_to_add
 from pardec_fairseq.decoding.registry import register_algorithm
 
@@ -105,6 +106,12 @@ def draft_shortlist(cfg, state, src_dict, tgt_dict) -> Optional[LexicalShortlist
         raise ValueError(nothing_to_add(first_words))
     return LexicalShortlist.for_corpus(cfg.draft_shortlist_corpus, src_dict, tgt_dict,
                                        source_to_target(src_dict, tgt_dict), first_words, cfg.draft_shortlist)
+
+
+@register_algorithm("self-draft")
+def self_drafting(cfg, src_dict, tgt_dict, models):
+    return SelfDrafter(models[0].decoder, draft_products_precision(cfg.draft_precision), cfg.self_draft_steps,
+                       cfg.draft_vocab or 0)
 
 
 @register_algorithm("lookahead")

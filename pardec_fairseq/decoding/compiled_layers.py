@@ -330,6 +330,14 @@ def compiles(decoder) -> bool:
                and layer.encoder_attention == first.encoder_attention for layer in layers)
 
 
+class Layers:
+    """What ``compiles`` and ``CompiledLayers`` read of a decoder: its layers (``DecoderLayer``), for
+    layers not in a ``FastDecoder`` (a drafter's)."""
+
+    def __init__(self, layers):
+        self.layers = layers
+
+
 class _LayerKind:
     """What the kernels distinguish between decoders, read off the first layer (``compiles`` checks
     that every layer agrees)."""

@@ -129,7 +129,7 @@ class DraftVerifyDecoder:
         clock.lap("verifier layers")
         state = DecodingState.begin(src_tokens.size(0), max_len, self.eos if bos_token is None else bos_token,
                                     self.pad, src_tokens.device)
-        self.drafter.begin(net_input, max_len, verifier.encoder_states(cache))
+        self.drafter.begin(net_input, max_len, verifier.encoder_states(cache), cache)
         clock.lap("drafter")
         finished = [None] * src_tokens.size(0)
         while True:

@@ -44,17 +44,21 @@ class DecoderLayer:
         self.fc1, self.fc2, self.activation, self.ffn_norm = fc1, fc2, activation, ffn_norm
 
     @classmethod
-    def of(cls, layer) -> "DecoderLayer":
+    def of(cls, layer, precision: str = "float32") -> "DecoderLayer":
+        """A fairseq decoder layer re-laid, its products in ``precision`` (``Product``'s)."""
         self_attn, before = layer.self_attn, layer.normalize_before
+
+        def product(*linears, scale_first=1.0):
+            return Product.of(*linears, scale_first=scale_first, precision=precision)
         encoder = None
         if layer.encoder_attn is not None:
             attn = layer.encoder_attn
-            encoder = (Product.of(attn.q_proj, scale_first=attn.scaling), Product.of(attn.k_proj, attn.v_proj),
-                       Product.of(attn.out_proj), Norm(layer.encoder_attn_layer_norm, before))
+            encoder = (product(attn.q_proj, scale_first=attn.scaling), product(attn.k_proj, attn.v_proj),
+                       product(attn.out_proj), Norm(layer.encoder_attn_layer_norm, before))
         return cls(self_attn.num_heads,
-                   Product.of(self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, scale_first=self_attn.scaling),
-                   Product.of(self_attn.out_proj), Norm(layer.self_attn_layer_norm, before),
-                   Product.of(layer.fc1), Product.of(layer.fc2), layer.activation_fn,
+                   product(self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, scale_first=self_attn.scaling),
+                   product(self_attn.out_proj), Norm(layer.self_attn_layer_norm, before),
+                   product(layer.fc1), product(layer.fc2), layer.activation_fn,
                    Norm(layer.final_layer_norm, before), encoder)
 
     def encoder_keys_values(self, enc: Tensor):

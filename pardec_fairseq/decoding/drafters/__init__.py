@@ -20,9 +20,10 @@ class Drafter:
     # whether proposals are trees (several branches per row), which only the fast verifier scores
     drafts_trees = False
 
-    def begin(self, net_input, max_len, encoded=None):
+    def begin(self, net_input, max_len, encoded=None, verifier_cache=None):
         """``encoded``: the first model's encoder states ``[rows, src, d]`` and source padding
-        ``[rows, src]`` (``None`` without any), as the verifier computed them."""
+        ``[rows, src]`` (``None`` without any), as the verifier computed them; ``verifier_cache``: the
+        verifier's cache of the batch, for drafters that run the verifier's own layers over it."""
 
     def propose(self, state) -> Proposal:
         raise NotImplementedError

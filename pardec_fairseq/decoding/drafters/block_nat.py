@@ -41,7 +41,7 @@ class NATBlockDrafter(Drafter):
         task = state["cfg"].task
         return cls(model, task.block_size, tgt_dict, getattr(task, "context_window", 0))
 
-    def begin(self, net_input, max_len, encoded=None):
+    def begin(self, net_input, max_len, encoded=None, verifier_cache=None):
         positions = self.model.max_decoder_positions()
         context = min(max_len, self.context_window) if self.context_window > 0 else max_len
         if context + 1 + self.block_size > positions:

@@ -111,7 +111,7 @@ class BlockwiseHeadsDrafter(Drafter):
             self.operands = (self.fc1.operands, self.fc2.operands, self.output.operands, heads.identity_first,
                              1 if refinement is None else min(refinement.top_k, self.output.columns))
 
-    def begin(self, net_input, max_len, encoded=None):
+    def begin(self, net_input, max_len, encoded=None, verifier_cache=None):
         src_tokens = net_input["src_tokens"]
         self.draft = src_tokens.new_zeros(src_tokens.size(0), 0)
         self.lattice = None

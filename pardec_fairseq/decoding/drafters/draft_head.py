@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from pardec_fairseq.decoding import vector_kernels
-from pardec_fairseq.decoding.compiled_layers import CompiledLayers, compiles
+from pardec_fairseq.decoding.compiled_layers import CompiledLayers, Layers, compiles
 from pardec_fairseq.decoding.drafters import Drafter, draft_projection
 from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
 from pardec_fairseq.decoding.drafters.compiled_head import AcceptedStates, CompiledHead
@@ -121,13 +121,6 @@ def trained_draft_vocab(state) -> int:
     return getattr(state["cfg"].task, "draft_vocab", None) or 0
 
 
-class _Layers:
-    """What ``compiles`` and ``CompiledLayers`` read of a decoder: its layers."""
-
-    def __init__(self, layers):
-        self.layers = layers
-
-
 class DraftHeadDrafter(Drafter):
     def __init__(self, model: DraftHeadModel, refinement=None, draft_vocab: int = 0, precision: str = "float32",
                  steps: Optional[int] = None, branches: int = 1, least_probability: float = 0.0, nodes: int = 0,
@@ -203,7 +196,7 @@ class DraftHeadDrafter(Drafter):
         if branches > words or (leaves and words < 2):
             raise ValueError(f"--draft-head-branches {branches}, --draft-head-leaves {leaves}: the head drafts among "
                              f"{words} words; branch at most that many ways (a leaf is a second word)")
-        layers = _Layers(self.layers)
+        layers = Layers(self.layers)
         self.compiled = CompiledLayers(layers) if compiles(layers) else None
         # the whole drafting call compiled, where the draft is each slot's top-1 on the vector kernel
         self.compiled_head = None
@@ -238,7 +231,7 @@ class DraftHeadDrafter(Drafter):
         return cls(model.to(device=parameter.device, dtype=parameter.dtype).eval(), refinement, draft_vocab, precision,
                    steps, branches, least_probability, nodes, leaves, shortlist)
 
-    def begin(self, net_input, max_len, encoded=None):
+    def begin(self, net_input, max_len, encoded=None, verifier_cache=None):
         if encoded is None or encoded[0] is None:
             raise ValueError("the draft head reads the verifier's encoder states: decode an encoder-decoder model "
                              "through the plugin's engine")

@@ -48,7 +48,7 @@ class InputCopyDrafter(Drafter):
         self.pad = tgt_dict.pad()
         self.to_target = source_to_target(src_dict, tgt_dict)
 
-    def begin(self, net_input, max_len, encoded=None):
+    def begin(self, net_input, max_len, encoded=None, verifier_cache=None):
         src_tokens = net_input["src_tokens"]
         self.adaptive = self.draft_length == "adaptive" or (self.draft_length == "auto" and
                                                             src_tokens.device.type == "cpu")

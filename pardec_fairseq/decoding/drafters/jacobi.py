@@ -26,7 +26,7 @@ class JacobiDrafter(Drafter):
             raise ValueError(f"--jacobi-parallel-length must be at least 0 (got {parallel_length})")
         self.pad, self.block_size, self.parallel_length = pad, block_size, parallel_length
 
-    def begin(self, net_input, max_len, encoded=None):
+    def begin(self, net_input, max_len, encoded=None, verifier_cache=None):
         rows = net_input["src_tokens"].size(0)
         self.max_len = max_len
         self.block_end = torch.zeros(rows, dtype=torch.long, device=net_input["src_tokens"].device)

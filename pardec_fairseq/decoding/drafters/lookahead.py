@@ -41,7 +41,7 @@ class LookaheadDrafter(Drafter):
         # pass position of each window node's parent: the trunk node before it, or the node below it
         self.window_parents = np.where(levels == 0, columns, 1 + (levels - 1) * window + columns).ravel()
 
-    def begin(self, net_input, max_len, encoded=None):
+    def begin(self, net_input, max_len, encoded=None, verifier_cache=None):
         """The window and the pool start from the source, left-aligned: trunk column ``i`` guesses
         output token ``i`` as the source's token ``i`` (a copy), level ``l`` the one ``l`` after it."""
         source = self.to_target[net_input["src_tokens"].cpu().numpy()]
