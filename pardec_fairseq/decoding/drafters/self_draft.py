@@ -4,8 +4,8 @@ Why: a trained drafter predicts the verifier's next token from what the verifier
 LibreOffice recipe a half-hour draft head gets 73% of them right. The verifier's own decoder with its
 weights rounded to int8 (a quarter of float32's bytes) gets 99.3% (99.6% with float32 activations;
 bfloat16 weights 99.97%; 3,796 tokens of the test set's first 200 sentences: drafting 4 tokens a pass,
-`self-draft` keeps 4.40 a pass where `gad` with the head keeps 2.68), and needs no training. Each drafting step is a one-token pass
-of those layers over the verifier's own cache: the accepted output's keys and values are the verifier's
+`self-draft` keeps 4.40 a pass where `gad` with the head keeps 2.68), and needs no training. Each
+drafting step is a one-token pass of those layers over the verifier's own cache: the accepted output's keys and values are the verifier's
 exact ones, and the drafted tokens' keys and values go to the columns the verifier's next pass writes
 over (a pass writes every column from the last accepted token on), so the verifier's cache is not
 changed for any column it reads before writing. Exact acceptance keeps the verifier's greedy output
