@@ -384,7 +384,7 @@ class _CompiledWeights(_LayerKind):
         token ``i`` of row ``r`` at buffer column ``first[r] + i``, after its parent in ``tree``
         (``None``: a chain)."""
         cache.reserve(int(first.max()) + x.shape[1])
-        sees = _NO_TREE if tree is None else tree.sees.numpy()
+        sees = NO_TREE if tree is None else tree.sees.numpy()
         cache_rows = np.arange(x.shape[0]) if rows is None else rows
         return pass_layers(x, first, cache_rows, sees, tree is None, *cache.numpy_views(), *self.weights)
 
@@ -456,5 +456,6 @@ class CompiledLayers(_CompiledWeights):
                                             None if rows is None else rows.numpy()))
 
 
-_NO_TREE = np.zeros((0, 0, 0), dtype=np.bool_)
+# ``pass_layers``'s ``sees`` for a chain pass, which reads none
+NO_TREE = np.zeros((0, 0, 0), dtype=np.bool_)
 _NO_BIAS = np.zeros(vector_kernels.PANEL, dtype=np.float32)

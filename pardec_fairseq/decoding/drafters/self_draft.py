@@ -11,28 +11,28 @@ over (a pass writes every column from the last accepted token on), so the verifi
 changed for any column it reads before writing. Exact acceptance keeps the verifier's greedy output
 whatever is drafted.
 """
+from typing import Optional
+
 import numba
 import numpy as np
 import torch
 
 from pardec_fairseq.decoding import vector_kernels
-from pardec_fairseq.decoding.compiled_layers import (CompiledLayers, Layers, compiles, norm_arrays, norm_rows,
-                                                     pass_layers, position_table)
+from pardec_fairseq.decoding.compiled_layers import (NO_TREE, CompiledLayers, Layers, compiles, norm_arrays,
+                                                     norm_rows, pass_layers, position_table)
 from pardec_fairseq.decoding.drafters import Drafter, draft_projection
 from pardec_fairseq.decoding.fast_layers import DecoderLayer, FastCache
 from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.draft_head import has_fairseq_output_layer
 
-_NO_TREE = np.zeros((0, 0, 0), dtype=np.bool_)
 
-
-def self_draft_obstacle(decoder) -> str:
-    """What in a fairseq ``decoder`` the self drafter does not reproduce ('' if nothing)."""
+def self_draft_obstacle(decoder) -> Optional[str]:
+    """What in a fairseq ``decoder`` the self drafter does not reproduce, or ``None``."""
     if getattr(decoder, "project_in_dim", None) is not None or getattr(decoder, "project_out_dim", None) is not None:
         return "embeddings of another width than its layers (project_in/project_out)"
     if not has_fairseq_output_layer(decoder, 0):
         return f"an output layer of its own ({type(decoder).__name__})"
-    return ""
+    return None
 
 
 class SelfDrafter(Drafter):
@@ -43,7 +43,7 @@ class SelfDrafter(Drafter):
         if steps < 1:
             raise ValueError(f"--self-draft-steps {steps}: draft one token a pass or more")
         obstacle = self_draft_obstacle(decoder)
-        if obstacle:
+        if obstacle is not None:
             raise ValueError(f"--gen-algo self-draft runs the verifier's decoder as fairseq's transformer decoder "
                              f"does; this one has {obstacle}: use another --gen-algo")
         self.steps = steps
@@ -109,7 +109,7 @@ def _draft_chain(tokens, lengths, steps, eos, embeddings, embed_scale, positions
                 x[i] += positions[min(pad + 1 + first[r], last_position)]
         if normalize_embedding:
             x = norm_rows(x, *embedding_norm)
-        x = pass_layers(x.reshape((n, 1, d)), first[live], live, _NO_TREE, True, *cache_views,
+        x = pass_layers(x.reshape((n, 1, d)), first[live], live, NO_TREE, True, *cache_views,
                         *layer_weights).reshape((n, d))
         if normalize_output:
             x = norm_rows(x, *final_norm)
