@@ -201,11 +201,12 @@ def sequential_greedy_reference(lprobs, proposal, running):
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), rows=st.integers(1, 4), k=st.integers(0, 40), vocab=st.integers(2, 40),
-       coarse=st.booleans(), first_chunk=st.sampled_from([1, 2, 16]))
+       coarse=st.booleans(), first_chunk=st.sampled_from([1, 2, 16]), whole=st.booleans())
 def test_exact_acceptance_keeps_what_fairseqs_topk_keeps_position_by_position(seed, rows, k, vocab, coarse,
-                                                                                first_chunk):
+                                                                                first_chunk, whole):
     """Drafts that follow the greedy choice for a random stretch; with ``coarse`` scores, many tied
-    (fairseq's ``topk`` decides those) and some -inf, as forbidden tokens are."""
+    (fairseq's ``topk`` decides those) and some -inf, as forbidden tokens are; ranked in chunks, or
+    (``whole``) in one call as the rule does once earlier passes showed that it pays."""
     generator = torch.Generator().manual_seed(seed)
     logits = torch.randn(rows, k + 1, vocab, generator=generator)
     if coarse:
@@ -222,12 +223,60 @@ def test_exact_acceptance_keeps_what_fairseqs_topk_keeps_position_by_position(se
             top = torch.topk(lprobs[row, j] + before, k=2)
             tokens[row, j], before = top.indices[0], top.values[0]
     proposal = Proposal(tokens=tokens, lengths=lengths)
-    verdict = ExactAcceptance(chunk_range=(first_chunk, first_chunk)).accept(proposal, FixedScores(lprobs), running)
+    acceptance = ExactAcceptance(chunk_range=(first_chunk, first_chunk))
+    acceptance.merging_gain = 1.0 if whole else 0.0
+    verdict = acceptance.accept(proposal, FixedScores(lprobs), running)
     kept, choices = sequential_greedy_reference(lprobs, proposal, running)
     assert verdict.accepted.tolist() == kept
     for row, (tokens, scores) in enumerate(choices):
         assert verdict.tokens[row, :len(tokens)].tolist() == tokens
         assert verdict.cumulative[row, :len(scores)].tolist() == scores
+
+
+class CountedScores(FixedScores):
+    """``FixedScores`` that count the calls ranking positions."""
+
+    def __init__(self, lprobs):
+        super().__init__(lprobs)
+        self.calls = 0
+
+    def span(self, start, stop, rows=None, needed=None):
+        self.calls += 1
+        return super().span(start, stop, rows, needed)
+
+
+def greedy_draft(lprobs, running):
+    """fairseq's beam-1 choice at every position of one row but the last, as a draft ``[1, k]``."""
+    tokens, before = [], running[0]
+    for j in range(lprobs.size(1) - 1):
+        top = torch.topk(lprobs[0, j] + before, k=1)
+        tokens.append(int(top.indices[0]))
+        before = top.values[0]
+    return torch.tensor([tokens])
+
+
+def test_exact_acceptance_ranks_whole_passes_while_splitting_them_does_not_pay():
+    """A fresh rule ranks a 25-position pass as 16 + 9; after passes whose first chunk was kept whole it
+    ranks such passes in one call; after passes rejected early it splits them again."""
+    generator = torch.Generator().manual_seed(0)
+    lprobs = torch.log_softmax(torch.randn(1, 25, 30, generator=generator), -1)
+    running = torch.zeros(1)
+    right = Proposal(tokens=greedy_draft(lprobs, running), lengths=torch.tensor([24]))
+    wrong = Proposal(tokens=right.tokens.clone(), lengths=right.lengths)
+    wrong.tokens[0, 0] = (wrong.tokens[0, 0] + 1) % 30
+    acceptance = ExactAcceptance()
+
+    def calls(proposal):
+        scores = CountedScores(lprobs)
+        verdict = acceptance.accept(proposal, scores, running)
+        assert verdict.accepted.tolist() == ([24] if proposal is right else [0])
+        return scores.calls
+
+    assert calls(right) == 2
+    assert [calls(right) for _ in range(3)] == [1, 1, 1]
+    while acceptance.merging_gain > 0:  # each early rejection: 9 positions a split would not have run
+        assert calls(wrong) == 1
+    assert calls(right) == 2
 
 
 def state_with_output(outputs, pad=1, bos=2):
