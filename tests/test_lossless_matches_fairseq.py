@@ -72,7 +72,7 @@ decoding_configs = st.builds(
     iad_draft_length=st.sampled_from(["auto", "source", "adaptive"]),
     jacobi_block_size=st.integers(1, 6), jacobi_parallel_length=st.one_of(st.none(), st.integers(0, 12)),
     lookahead_window=st.integers(1, 5), lookahead_ngram=st.integers(2, 4), lookahead_guesses=st.integers(0, 5),
-    lookahead_pool=st.integers(0, 6), self_draft_steps=st.integers(1, 8),
+    lookahead_pool=st.integers(0, 6), self_draft_steps=st.integers(1, 30),
     draft_precision=st.sampled_from(["auto", "float32", "bfloat16", "int8"]),
 )
 

@@ -16,7 +16,7 @@ from tiny import build_transformer, make_batch, make_dictionary
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), layers=st.integers(1, 3), embed_dim=st.sampled_from([8, 16, 32]),
        learned_positions=st.booleans(), normalize_before=st.booleans(), eos_bias=st.floats(-2.0, 3.0),
-       batch=sentences, max_len_b=st.integers(1, 30), steps=st.integers(1, 8),
+       batch=sentences, max_len_b=st.integers(1, 30), steps=st.integers(1, 30),
        precision=st.sampled_from(["auto", "float32", "bfloat16", "int8"]))
 def test_self_draft_equals_beam_one(seed, layers, embed_dim, learned_positions, normalize_before, eos_bias, batch,
                                     max_len_b, steps, precision):
@@ -31,7 +31,7 @@ def test_self_draft_equals_beam_one(seed, layers, embed_dim, learned_positions, 
     assert stats.sentences == len(batch)
 
 
-@pytest.mark.parametrize("steps", [1, 3, 6])
+@pytest.mark.parametrize("steps", [1, 3, 6, 24])
 def test_float32_self_drafts_are_the_verifiers_next_tokens(steps):
     """In float32 the drafter computes what the verifier does, so (but for rounding) every draft is
     kept: a pass keeps its drafted tokens and the verifier's next one."""
