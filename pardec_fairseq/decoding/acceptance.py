@@ -210,8 +210,8 @@ class ExactAcceptance:
 
     def __init__(self, first_positions=16, chunk_range=(4, 16), call_positions=CALL_POSITIONS):
         self.first_positions, self.chunk_range, self.call_positions = first_positions, chunk_range, call_positions
-        # running mean (over the last ~1 / MERGE_LEARNING_RATE passes that had a second chunk) of the row
-        # positions ranking whole passes saved; whole passes while it is positive
+        # running mean (over the last ~1 / MERGE_LEARNING_RATE passes longer than the first chunk) of the row
+        # positions that ranking them whole saved; whole passes while it is positive
         self.merging_gain = 0.0
 
     def first_chunk(self, rows: int) -> int:
