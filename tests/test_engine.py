@@ -181,6 +181,13 @@ def test_acceptance_rules_on_hand_checked_scores():
     assert ExactAcceptance().accept(short, lprobs, zero).accepted.tolist() == [1]
 
 
+def follow_greedy(tokens, row, lprobs, before, count):
+    """Draft fairseq's beam-1 choice into ``tokens[row, :count]``, from the running score ``before``."""
+    for j in range(count):
+        top = torch.topk(lprobs[row, j] + before, k=2)
+        tokens[row, j], before = top.indices[0], top.values[0]
+
+
 def sequential_greedy_reference(lprobs, proposal, running):
     """What fairseq's beam 1 keeps of each row's draft, one position at a time with ``topk``: the drafted
     tokens kept, and the choices and cumulative scores up to the first rejected position."""
@@ -218,10 +225,7 @@ def test_exact_acceptance_keeps_what_fairseqs_topk_keeps_position_by_position(se
     tokens = torch.randint(0, vocab, (rows, k), generator=generator)
     greedy_stretch = torch.randint(0, k + 1, (rows,), generator=generator)
     for row in range(rows):  # follow fairseq's choice for a while, so that long prefixes are kept
-        before = running[row]
-        for j in range(int(greedy_stretch[row])):
-            top = torch.topk(lprobs[row, j] + before, k=2)
-            tokens[row, j], before = top.indices[0], top.values[0]
+        follow_greedy(tokens, row, lprobs, running[row], int(greedy_stretch[row]))
     proposal = Proposal(tokens=tokens, lengths=lengths)
     acceptance = ExactAcceptance(chunk_range=(first_chunk, first_chunk))
     acceptance.merging_gain = 1.0 if whole else 0.0
@@ -245,23 +249,14 @@ class CountedScores(FixedScores):
         return super().span(start, stop, rows, needed)
 
 
-def greedy_draft(lprobs, running):
-    """fairseq's beam-1 choice at every position of one row but the last, as a draft ``[1, k]``."""
-    tokens, before = [], running[0]
-    for j in range(lprobs.size(1) - 1):
-        top = torch.topk(lprobs[0, j] + before, k=1)
-        tokens.append(int(top.indices[0]))
-        before = top.values[0]
-    return torch.tensor([tokens])
-
-
 def test_exact_acceptance_ranks_whole_passes_while_splitting_them_does_not_pay():
     """A fresh rule ranks a 25-position pass as 16 + 9; after passes whose first chunk was kept whole it
     ranks such passes in one call; after passes rejected early it splits them again."""
     generator = torch.Generator().manual_seed(0)
     lprobs = torch.log_softmax(torch.randn(1, 25, 30, generator=generator), -1)
     running = torch.zeros(1)
-    right = Proposal(tokens=greedy_draft(lprobs, running), lengths=torch.tensor([24]))
+    right = Proposal(tokens=torch.zeros(1, 24, dtype=torch.long), lengths=torch.tensor([24]))
+    follow_greedy(right.tokens, 0, lprobs, running[0], 24)
     wrong = Proposal(tokens=right.tokens.clone(), lengths=right.lengths)
     wrong.tokens[0, 0] = (wrong.tokens[0, 0] + 1) % 30
     acceptance = ExactAcceptance()

@@ -189,8 +189,8 @@ class ExactAcceptance:
     resolve as in ``SequenceGenerator``. Along a matching draft the running score is known in
     advance (a sequential float32 sum of the drafted tokens' log-probabilities), so a chunk of
     positions is ranked in one ``topk``. Chunks double from a first one of about ``first_positions``
-    positions across the batch (``chunk_range`` per row): one row's pass costs about the same for 1
-    to 16 tokens (its weights are read once), a batch's grows with its positions. Only rows that
+    positions across the batch (``chunk_range`` per row): a pass's cost grows with its positions, less
+    than in proportion for one row (its weights are read once a call). Only rows that
     matched every drafted token so far run the next chunk's layers (where the verifier runs them on
     demand) and are projected onto the vocabulary, and only as far as their own draft goes. On a CPU
     a chunk is ranked by one compiled call that stops at each row's first rejected position
