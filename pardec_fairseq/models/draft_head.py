@@ -9,10 +9,18 @@ trained with the verifier frozen (task ``translation_draft_head``, criterion ``d
 
 With ``t`` tokens accepted after BOS, the verifier has computed its final decoder states
 ``H_0 .. H_{t-1}`` (``H_j`` after input ``x_j``, ``x_0`` = BOS) and the last accepted token ``x_t``
-has not been through it yet. Slot ``i`` (1..k) predicts ``y_{t+i}``; its input is the verifier's
-embedding of ``x_t`` fused with ``H_{t-1}`` (zeros at ``t = 0``) plus a learned slot embedding. In
-each layer the slots attend to the prefix states (through the layer's own keys and values), to each
-other, and to the source; training covers every ``t`` of every sentence in one call.
+has not been through it yet. Slot ``i`` (1..k) predicts ``y_{t+i}``; its input is ``x_t`` as the
+verifier's first ``--head-input-layers`` decoder layers see it (0: its embedding) fused with ``H_{t-1}``
+(zeros at ``t = 0``) plus a learned slot embedding. In each layer the slots attend to the prefix states
+(through the layer's own keys and values), to each other, and to the source; training covers every
+``t`` of every sentence in one call.
+
+Why the verifier's first layer (``--head-input-layers 1``, the default): it is exact at the new token,
+reading the verifier's own cache of the prefix (decoding writes a drafted token's keys and values where
+the verifier's next pass writes its own), so the head need not guess what the verifier's lower layers
+make of the context. On LibreOffice En-De (the ``cpu`` preset's 3-layer verifier, one-slot heads, 2-core
+CPU) valid next-token accuracy after 5 epochs: 77.6% against 70.3% from the embedding (72.9% after 30
+minutes).
 """
 from typing import List, NamedTuple, Optional, Tuple
 
@@ -82,9 +90,10 @@ class DraftHead(nn.Module):
                                     for _ in range(args.head_layers))
         self.final_norm = LayerNorm(dim)
 
-    def slots(self, token_embedding: Tensor, last_state: Tensor) -> Tensor:
-        """``[rows, n, k, d]`` slot inputs from ``[rows, n, e]`` token embeddings and ``[rows, n, d]`` states."""
-        fused = self.fuse(torch.cat([token_embedding, last_state], -1))
+    def slots(self, token_inputs: Tensor, last_state: Tensor) -> Tensor:
+        """``[rows, n, k, d]`` slot inputs from ``[rows, n, e]`` tokens (embedded, or through the verifier's
+        first layers) and ``[rows, n, d]`` states."""
+        fused = self.fuse(torch.cat([token_inputs, last_state], -1))
         return fused.unsqueeze(2) + self.slot_embedding
 
     def encoder_keys_values(self, enc: Tensor) -> List[Tuple[Tensor, Tensor]]:
@@ -114,6 +123,11 @@ def first_words(projection: nn.Linear, words: int) -> Tuple[Tensor, Optional[Ten
     return projection.weight[kept], None if projection.bias is None else projection.bias[kept]
 
 
+def token_input_width(decoder, input_layers: int) -> int:
+    """The width of a token as the head reads it: the embedding's, or that of the decoder's layers."""
+    return decoder.embed_dim if input_layers else decoder.embed_tokens.embedding_dim
+
+
 def has_fairseq_output_layer(decoder, draft_vocab: int) -> bool:
     """Whether ``decoder`` projects with fairseq's own output layer, which a head can cut to its first
     ``draft_vocab`` words; a decoder with its own output layer is refused with ``--draft-vocab``."""
@@ -139,11 +153,13 @@ def same_fingerprint(a, b) -> bool:
 
 class VerifierOutputs(NamedTuple):
     """What the head reads of the frozen verifier for a batch: its encoder output ``[rows, src, d]``,
-    the source padding (``None``: none) and its final decoder states ``[rows, T, d]``."""
+    the source padding (``None``: none), its final decoder states ``[rows, T, d]`` and the output of its
+    first ``--head-input-layers`` decoder layers ``[rows, T, d]`` (``None`` for none: the embedding)."""
 
     encoder: Tensor
     padding: Optional[Tensor]
     states: Tensor
+    inputs: Optional[Tensor] = None
 
 
 def source_visible(padding: Optional[Tensor], enc: Tensor) -> Tensor:
@@ -157,15 +173,27 @@ def source_visible(padding: Optional[Tensor], enc: Tensor) -> Tensor:
 class DraftHeadModel(BaseFairseqModel):
     """The head with its frozen verifier: only the head's weights train and are saved."""
 
-    def __init__(self, head: DraftHead, verifier, draft_vocab: int = 0):
-        """``draft_vocab``: the head drafts among the dictionary's first ``draft_vocab`` words (0: all)."""
+    def __init__(self, head: DraftHead, verifier, draft_vocab: int = 0, input_layers: int = 0):
+        """``draft_vocab``: the head drafts among the dictionary's first ``draft_vocab`` words (0: all);
+        ``input_layers``: the slots read the last token through the verifier's first that many decoder
+        layers (0: its embedding)."""
         super().__init__()
         self.head, self.draft_vocab = head, draft_vocab
         self.attach(verifier)
+        layers = len(verifier.decoder.layers)
+        if not 0 <= input_layers <= layers:
+            raise ValueError(f"--head-input-layers {input_layers}: the verifier has {layers} decoder layers; read "
+                             f"the last token through 0 (its embedding) to {layers} of them")
+        self.input_layers = input_layers
 
     @staticmethod
     def add_args(parser):
         parser.add_argument("--head-layers", type=int, help="layers of the head (1 or 2 are enough)")
+        parser.add_argument("--head-input-layers", type=int,
+                            help="the slots read the last accepted token as the verifier's first N decoder layers "
+                            "output it (default 1; 0: its embedding, as heads saved before this option): on "
+                            "LibreOffice 77.6%% valid next-token accuracy after 5 epochs against 70.3%%, for one "
+                            "verifier layer a drafted token in decoding")
         parser.add_argument("--head-attention-heads", type=int, help="attention heads per layer")
         parser.add_argument("--head-ffn-dim", type=int,
                             help="inner size of each layer's feed-forward block (default 256: on LibreOffice's "
@@ -186,12 +214,12 @@ class DraftHeadModel(BaseFairseqModel):
     def build_model(cls, args, task):
         verifier = task.verifier
         decoder = verifier.decoder
-        head = DraftHead(args, task.cfg.block_size, decoder.embed_tokens.embedding_dim, decoder.output_embed_dim,
-                         verifier.encoder.embed_tokens.embedding_dim)
+        head = DraftHead(args, task.cfg.block_size, token_input_width(decoder, args.head_input_layers),
+                         decoder.output_embed_dim, verifier.encoder.embed_tokens.embedding_dim)
         draft_vocab = task.cfg.draft_vocab or 0
         if draft_vocab and has_fairseq_output_layer(decoder, draft_vocab):
             first_words(decoder.output_projection, draft_vocab)  # a number of words the dictionary has
-        return cls(head, verifier, draft_vocab)
+        return cls(head, verifier, draft_vocab, args.head_input_layers)
 
     def attach(self, verifier):
         """Ride on ``verifier``, kept in eval mode (its weights are frozen by the training task)."""
@@ -225,9 +253,10 @@ class DraftHeadModel(BaseFairseqModel):
     def verifier_outputs(self, src_tokens, src_lengths, prev_output_tokens) -> VerifierOutputs:
         """What the head reads of the frozen verifier for a batch."""
         encoder_out = self.verifier.encoder(src_tokens, src_lengths=src_lengths)
-        states, _ = self.verifier.decoder.extract_features(prev_output_tokens, encoder_out=encoder_out)
+        states, extra = self.verifier.decoder.extract_features(prev_output_tokens, encoder_out=encoder_out)
         padding = encoder_out["encoder_padding_mask"][0] if encoder_out["encoder_padding_mask"] else None
-        return VerifierOutputs(encoder_out["encoder_out"][0].transpose(0, 1), padding, states)
+        inputs = extra["inner_states"][self.input_layers].transpose(0, 1) if self.input_layers else None
+        return VerifierOutputs(encoder_out["encoder_out"][0].transpose(0, 1), padding, states, inputs)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, verifier_outputs: Optional[VerifierOutputs] = None,
                 **kwargs):
@@ -239,13 +268,14 @@ class DraftHeadModel(BaseFairseqModel):
         (``VerifierMemory``), else computed here."""
         if verifier_outputs is None:
             verifier_outputs = self.verifier_outputs(src_tokens, src_lengths, prev_output_tokens)
-        enc, padding, states = verifier_outputs
-        with torch.no_grad():
-            token_embedding = self.verifier.decoder.embed_tokens(prev_output_tokens)
+        enc, padding, states, inputs = verifier_outputs
+        if inputs is None:
+            with torch.no_grad():
+                inputs = self.verifier.decoder.embed_tokens(prev_output_tokens)
         rows, length, _ = states.shape
         k = self.head.block_size
         last_state = F.pad(states[:, :-1], (0, 0, 1, 0))  # H_{t-1}, zeros at t = 0
-        x = self.head.slots(token_embedding, last_state).view(rows, length * k, -1)
+        x = self.head.slots(inputs, last_state).view(rows, length * k, -1)
         t = torch.arange(length, device=states.device).repeat_interleave(k)
         # slot (t, i) sees the states before t and the slots of the same t: [T k, T + T k]
         visible = torch.cat([torch.arange(length, device=t.device) < t.unsqueeze(1), t.unsqueeze(1) == t], 1)
@@ -257,6 +287,7 @@ class DraftHeadModel(BaseFairseqModel):
 @register_model_architecture("draft_head", "draft_head")
 def draft_head_architecture(args):
     args.head_layers = getattr(args, "head_layers", 1)
+    args.head_input_layers = getattr(args, "head_input_layers", 1)
     args.head_attention_heads = getattr(args, "head_attention_heads", 4)
     args.head_ffn_dim = getattr(args, "head_ffn_dim", 256)
     args.dropout = getattr(args, "dropout", 0.0)

@@ -74,15 +74,16 @@ class TranslationDraftHeadTask(TranslationPardecTask):
         # sentences may be another split's (seen: the valid set's), so it runs the verifier
         if self.cfg.keep_verifier_states and not ignore_grad:
             net_input = sample["net_input"]
-            net_input["verifier_outputs"] = self.verifier_memory().outputs(
+            net_input["verifier_outputs"] = self.verifier_memory(model.input_layers).outputs(
                 sample["id"], net_input["src_tokens"], net_input["prev_output_tokens"],
                 lambda: model.verifier_outputs(net_input["src_tokens"], net_input["src_lengths"],
                                                net_input["prev_output_tokens"]))
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
-    def verifier_memory(self) -> VerifierMemory:
+    def verifier_memory(self, input_layers: int) -> VerifierMemory:
         """The training set's ``VerifierMemory``, made at its first training step (again where an epoch loads
-        another training set: a sentence's id is its index in the epoch's set)."""
+        another training set: a sentence's id is its index in the epoch's set), for a head that reads the
+        verifier's first ``input_layers`` decoder layers' output."""
         dataset = self.dataset(self.cfg.train_subset)
         if self.memory is None or self.memory_of is not dataset:
             if getattr(dataset, "src_sizes", None) is None or getattr(dataset, "tgt_sizes", None) is None:
@@ -91,7 +92,8 @@ class TranslationDraftHeadTask(TranslationPardecTask):
             self.memory = VerifierMemory(dataset.src_sizes, dataset.tgt_sizes,
                                          self.verifier.encoder.embed_tokens.embedding_dim,
                                          self.verifier.decoder.output_embed_dim, self.source_dictionary.pad(),
-                                         self.target_dictionary.pad(), "--keep-verifier-states")
+                                         self.target_dictionary.pad(), "--keep-verifier-states",
+                                         self.verifier.decoder.embed_dim if input_layers else 0)
             self.memory_of = dataset
         return self.memory
 

@@ -4,7 +4,8 @@ Why: a draft head trains on a frozen verifier, whose encoder output and decoder 
 are the same every epoch, yet each training step ran the verifier's forward again: on the Zen 3 VM
 (LibreOffice En-De, the ``cpu`` preset's verifier, batches of 2,048 target tokens) 228 ms of a 545 ms
 step. Kept, every epoch after the first runs the head alone. The price is memory: (source + target
-tokens) x the model's width in float32, 1.34 GiB for the 36,747 LibreOffice training pairs.
+tokens) x the model's width in float32, 1.34 GiB for the 36,747 LibreOffice training pairs, and as much
+again per target token for a head that reads the verifier's first layers' output (``--head-input-layers``).
 """
 import logging
 import os
@@ -26,18 +27,20 @@ class VerifierMemory:
     sentence's rows at the offsets its dataset sizes give."""
 
     def __init__(self, src_sizes, tgt_sizes, encoder_dim: int, state_dim: int, src_pad: int, tgt_pad: int,
-                 option: str):
+                 option: str, input_dim: int = 0):
+        """``input_dim``: the width of the verifier's lower layers' outputs the head reads (0: none)."""
         src_sizes, tgt_sizes = (torch.as_tensor(sizes, dtype=torch.long) for sizes in (src_sizes, tgt_sizes))
         self.src_pad, self.tgt_pad = src_pad, tgt_pad
         self.src_sizes, self.tgt_sizes = src_sizes, tgt_sizes
         self.src_offsets = torch.cumsum(src_sizes, 0) - src_sizes
         self.tgt_offsets = torch.cumsum(tgt_sizes, 0) - tgt_sizes
-        needed = (int(src_sizes.sum()) * encoder_dim + int(tgt_sizes.sum()) * state_dim) * 4
+        needed = (int(src_sizes.sum()) * encoder_dim + int(tgt_sizes.sum()) * (state_dim + input_dim)) * 4
         if needed > physical_memory_bytes() // 2:
             raise ValueError(f"{option} keeps {needed / 2 ** 30:.1f} GiB of verifier states for this training set, "
                              f"more than half of this machine's memory: train without {option}")
         self.encoder = torch.empty(int(src_sizes.sum()), encoder_dim)
         self.states = torch.empty(int(tgt_sizes.sum()), state_dim)
+        self.inputs = torch.empty(int(tgt_sizes.sum()), input_dim) if input_dim else None
         self.kept = torch.zeros(len(src_sizes), dtype=torch.bool)
         self.dtype = torch.float32  # the verifier's outputs' (fp16 training: half)
 
@@ -54,17 +57,28 @@ class VerifierMemory:
             computed = compute()
             self.encoder[src_rows] = computed.encoder[source.to(device)].float().cpu()
             self.states[tgt_rows] = computed.states[target.to(device)].float().cpu()
+            if self.inputs is not None:
+                self.inputs[tgt_rows] = computed.inputs[target.to(device)].float().cpu()
             self.kept[ids], self.dtype = True, computed.states.dtype
             if bool(self.kept.all()):
                 logger.info(f"kept the verifier's states of all {len(self.kept)} training sentences "
-                            f"({(self.encoder.numel() + self.states.numel()) * 4 / 2 ** 30:.2f} GiB): "
+                            f"({self.bytes() / 2 ** 30:.2f} GiB): "
                             "later batches run the head alone")
             return computed
         encoder = self.encoder.new_zeros(*source.shape, self.encoder.size(1))
         encoder[source] = self.encoder[src_rows]
         states = self.states.new_zeros(*target.shape, self.states.size(1))
         states[target] = self.states[tgt_rows]
-        return VerifierOutputs(encoder.to(device, self.dtype), (~source).to(device), states.to(device, self.dtype))
+        inputs = None
+        if self.inputs is not None:
+            inputs = self.inputs.new_zeros(*target.shape, self.inputs.size(1))
+            inputs[target] = self.inputs[tgt_rows]
+            inputs = inputs.to(device, self.dtype)
+        return VerifierOutputs(encoder.to(device, self.dtype), (~source).to(device), states.to(device, self.dtype),
+                               inputs)
+
+    def bytes(self) -> int:
+        return 4 * sum(t.numel() for t in (self.encoder, self.states, self.inputs) if t is not None)
 
     @staticmethod
     def _rows(offsets: Tensor, sizes: Tensor) -> Tensor:
