@@ -39,15 +39,15 @@ from test_scripts import free_port, run_script
 from tiny import build_transformer, make_batch, make_dictionary, torch_on_threads
 
 
-def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_dropout=0.0):
+def build_head(verifier, block_size=3, layers=1, seed=0, dropout=0.0, attention_dropout=0.0, input_layers=0):
     args = argparse.Namespace(head_layers=layers, head_attention_heads=2, head_ffn_dim=24, dropout=dropout,
-                              head_attention_dropout=attention_dropout)
+                              head_attention_dropout=attention_dropout, head_input_layers=input_layers)
     draft_head_architecture(args)
     torch.manual_seed(seed)
     decoder = verifier.decoder
     head = DraftHead(args, block_size, decoder.embed_tokens.embedding_dim, decoder.output_embed_dim,
                      verifier.encoder.embed_tokens.embedding_dim)
-    return DraftHeadModel(head, verifier.requires_grad_(False))
+    return DraftHeadModel(head, verifier.requires_grad_(False), input_layers=input_layers)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -85,6 +85,49 @@ def test_decoding_with_an_untrained_head_equals_fairseq_greedy(seed, block_size,
                            drafter=drafter)
     assert_same_hypotheses(expected, actual)
     assert stats.iterations <= stats.tokens
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), block_size=st.integers(1, 4), input_layers=st.integers(1, 2),
+       eos_bias=st.floats(-2.0, 3.0), batch=sentences, max_len_b=st.integers(1, 30), batch_of=st.integers(1, 6),
+       pre_norm=st.booleans(), learned_positions=st.booleans(), draft_vocab=st.sampled_from([0, 9]),
+       precision=st.sampled_from(["float32", "int8"]), steps=st.sampled_from([None, 1, 2, 4]),
+       leaves=st.sampled_from([None, 0, 1, 2]))
+def test_a_head_reading_tokens_through_the_verifiers_first_layers_decodes_as_fairseq_greedy(
+        seed, block_size, input_layers, eos_bias, batch, max_len_b, batch_of, pre_norm, learned_positions,
+        draft_vocab, precision, steps, leaves):
+    """The drafted tokens' keys and values, written into the verifier's cache of its first layers, never
+    change what it computes; the tokens are fairseq's greedy search's, batches with padding included."""
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=seed, layers=2, eos_bias=eos_bias,
+                                 learned_positions=learned_positions, decoder_normalize_before=pre_norm,
+                                 encoder_normalize_before=pre_norm)
+    collated = make_batch(dictionary, (batch * batch_of)[:max(len(batch), batch_of)])
+    expected = fairseq_beam_one([verifier], dictionary, collated, max_len_b=max_len_b)
+    if block_size > 1 or (steps is not None and leaves is not None and leaves > steps):
+        leaves = 0  # leaves go beside the tokens of a one-slot head's chain
+    model = build_head(verifier, block_size, 1, seed + 1, input_layers=input_layers).eval()
+    drafter = DraftHeadDrafter(model, draft_vocab=draft_vocab, precision=precision, steps=steps, leaves=leaves)
+    assert drafter.compiled_head.input_layers.count == input_layers
+    actual, stats = plugin("greedy", [verifier], dictionary, collated, decoding=SimpleNamespace(verifier="fast"),
+                           max_len_b=max_len_b, drafter=drafter)
+    assert_same_hypotheses(expected, actual)
+    assert stats.iterations <= stats.tokens
+
+
+def test_a_head_reading_tokens_through_the_verifiers_layers_is_refused_where_its_chain_does_not_run():
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=3, layers=2)
+    model = build_head(verifier, block_size=1, input_layers=1).eval()
+    for options in (dict(branches=2), dict(least_probability=0.2), dict(nodes=2)):
+        with pytest.raises(ValueError, match="verifier's first 1 decoder layers .* only its compiled chain runs"):
+            DraftHeadDrafter(model, **options)
+    with pytest.raises(ValueError, match="--head-input-layers 3: the verifier has 2 decoder layers"):
+        build_head(verifier, input_layers=3)
+    drafter = DraftHeadDrafter(model)
+    with pytest.raises(ValueError, match="over the fast verifier's cache: decode with --verifier fast"):
+        plugin("greedy", [verifier], dictionary, make_batch(dictionary, [[4, 5, 6]]),
+               decoding=SimpleNamespace(verifier="fairseq"), drafter=drafter)
 
 
 def test_draft_vocab_projects_onto_the_dictionarys_first_words_alone():
@@ -255,6 +298,33 @@ def test_training_sees_every_prefix_as_decoding_does(compiled):
     assert recorder.slots, "the drafter proposed"
     for t, slots in recorder.slots:
         assert torch.allclose(slots, features[0, t], atol=1e-5), t
+
+
+@pytest.mark.parametrize("input_layers", [1, 2])
+@torch.no_grad()
+def test_a_head_reading_the_verifiers_layers_drafts_in_decoding_what_training_predicts(input_layers):
+    """After each prefix of the verifier's greedy output, the compiled call's first drafted word is the
+    training forward's top word there: decoding reads the token through the verifier's first layers
+    as training does (``inner_states``)."""
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=4, layers=2, eos_bias=-3.0).eval()
+    model = build_head(verifier, block_size=1, seed=5, input_layers=input_layers).eval()
+    batch = make_batch(dictionary, [[4, 5, 6, 7]])
+    tokens = fairseq_beam_one([verifier], dictionary, batch, max_len_b=10)[0][0]["tokens"]
+    prev_output = torch.cat([torch.tensor([dictionary.eos()]), tokens[:-1]]).unsqueeze(0)
+    net_input = batch["net_input"]
+    features, _ = model(net_input["src_tokens"], net_input["src_lengths"], prev_output_tokens=prev_output)
+    predicted = model.output_layer(features[0, :, 0]).argmax(-1)
+    drafter = DraftHeadDrafter(model, steps=1, leaves=0)
+    generator = build_generator("greedy", [verifier], dictionary,
+                                argparse.Namespace(**dict(GENERATION_DEFAULTS, max_len_b=10)),
+                                SimpleNamespace(verifier="fast"), drafter=drafter)
+    recorder = _ProposalRecorder()
+    generator.decoder.observers.append(recorder)
+    assert generator.generate([verifier], batch)[0][0]["tokens"].tolist() == tokens.tolist()
+    drafts = [(t, drafted[0]) for t, drafted, _ in recorder.proposals if drafted]  # none at the length limit
+    assert len(drafts) > 1
+    assert [word for _, word in drafts] == [int(predicted[t]) for t, _ in drafts]
 
 
 def decoded_and_rolled_out(block_size, compiled, **drafting):
@@ -452,16 +522,18 @@ def criterion_case(seed, targets):
     return dictionary, verifier, model, batch, SimpleNamespace(target_dictionary=dictionary, verifier=verifier)
 
 
-def test_kept_verifier_states_are_the_verifiers_outputs_in_any_later_batch():
+@pytest.mark.parametrize("input_layers", [0, 1])
+def test_kept_verifier_states_are_the_verifiers_outputs_in_any_later_batch(input_layers):
     """``VerifierMemory`` keeps each sentence's outputs from the batch that computed them, and serves them in a
     batch of other sentences (other padding) as the verifier computes them there."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=2).eval()
-    model = build_head(verifier, block_size=2).eval()
+    model = build_head(verifier, block_size=2, input_layers=input_layers).eval()
     sources, targets = [[4, 5, 6], [7, 8], [9, 10, 11, 12, 13]], [[9, 10, 11], [12], [4, 5, 6, 7, 8, 9]]
     lengths = [len(s) + 1 for s in sources], [len(t) + 1 for t in targets]
     memory = VerifierMemory(*lengths, verifier.encoder.embed_tokens.embedding_dim, verifier.decoder.output_embed_dim,
-                            dictionary.pad(), dictionary.pad(), "--keep-verifier-states")
+                            dictionary.pad(), dictionary.pad(), "--keep-verifier-states",
+                            verifier.decoder.embed_dim if input_layers else 0)
     calls = []
 
     def outputs(ids):
@@ -485,6 +557,10 @@ def test_kept_verifier_states_are_the_verifiers_outputs_in_any_later_batch():
     assert torch.equal(kept.padding, fresh.padding)
     assert torch.allclose(kept.encoder[source], fresh.encoder[source], atol=1e-6)
     assert torch.allclose(kept.states[target], fresh.states[target], atol=1e-6)
+    if input_layers:
+        assert torch.allclose(kept.inputs[target], fresh.inputs[target], atol=1e-6)
+    else:
+        assert kept.inputs is None and fresh.inputs is None
     features, _ = model(**net_input)
     assert torch.allclose(model(**net_input, verifier_outputs=kept)[0][target], features[target], atol=1e-5)
     with pytest.raises(ValueError, match="not as long as the dataset's sizes say"):
@@ -799,20 +875,21 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
                             capture_output=True, text=True, timeout=600)
     assert failed.returncode != 0 and "train_draft_head.sh: fairseq-train failed" in failed.stderr
     assert not (tmp_path / "broken" / ".trained").exists()
-    # a one-slot head is trained with EAGLE's feature loss, a 256-wide feed-forward block, and drafts three
-    # steps per pass
+    # a one-slot head is trained with EAGLE's feature loss, a 256-wide feed-forward block, reads tokens through
+    # the verifier's first layer, and drafts three steps per pass
     one_slot = tmp_path / "one_slot"
     run_script("train_draft_head.sh", *common[:2], one_slot, *common[3:-1], 1, "--", "--max-update", 2)
     state = checkpoint_utils.load_checkpoint_to_cpu(str(one_slot / "checkpoint_last.pt"))
     assert state["cfg"].criterion.state_regression_weight == 10 and state["cfg"].task.block_size == 1
-    assert state["cfg"].model.head_ffn_dim == 256
+    assert state["cfg"].model.head_ffn_dim == 256 and state["cfg"].model.head_input_layers == 1
     # the verifier's states are kept after the first epoch unless the script is told otherwise
     assert state["cfg"].task.keep_verifier_states
     recomputed = tmp_path / "recomputed"
-    run_script("train_draft_head.sh", *common[:2], recomputed, *common[3:], "--recompute-states", "--",
-               "--max-update", 1)
+    run_script("train_draft_head.sh", *common[:2], recomputed, *common[3:-1], 1, "--recompute-states",
+               "--input-layers", 0, "--", "--max-update", 1)
     recomputed_state = checkpoint_utils.load_checkpoint_to_cpu(str(recomputed / "checkpoint_last.pt"))
     assert not recomputed_state["cfg"].task.keep_verifier_states
+    assert recomputed_state["cfg"].model.head_input_layers == 0
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(toy_experiment["checkpoint"])])
     drafter = DraftHeadDrafter.from_state(one_slot / "checkpoint_last.pt", state, task.source_dictionary,
                                           task.target_dictionary, models[0])
@@ -820,9 +897,13 @@ def test_train_draft_head_script_trains_once_and_reports_failures(toy_experiment
     # its draft trees through fairseq-generate keep fairseq's greedy output
     generate = ("generate", toy_experiment["data"], "--user-dir", USER_DIR, "--task", "translation_pardec",
                 "--path", toy_experiment["checkpoint"], "--gen-subset", "test", "--max-len-b", 20, "--batch-size", 16)
-    tree = run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", one_slot / "checkpoint_last.pt",
+    greedy = hypotheses(run_fairseq(*generate, "--beam", 1))
+    chain = run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", one_slot / "checkpoint_last.pt")
+    assert hypotheses(chain) == greedy
+    # the trees of a head reading the embedding (one reading the verifier's layers drafts chains alone)
+    tree = run_fairseq(*generate, "--gen-algo", "gad", "--drafter-path", recomputed / "checkpoint_last.pt",
                        "--draft-head-branches", 2, "--draft-head-threshold", 0.05, "--draft-head-nodes", 3)
-    assert hypotheses(tree) == hypotheses(run_fairseq(*generate, "--beam", 1))
+    assert hypotheses(tree) == greedy
 
 
 @pytest.mark.slow
@@ -842,9 +923,10 @@ def test_draft_head_recipe_trains_the_head_and_compares_the_three_drafters(toy_e
                         "--", "--max-sentences", 4, "--batch-size", 2, "--max-len-b", 6, "--repetitions", 1,
                         "--detok", "space", "--name", "bench")
     assert (save / "self_distilled" / ".done").exists(), output
-    head = checkpoint_utils.load_checkpoint_to_cpu(str(save / "head_k1_l1_v16_m0.05" / "checkpoint_last.pt"))
+    head = checkpoint_utils.load_checkpoint_to_cpu(str(save / "head_k1_l1_in1_v16_m0.05" / "checkpoint_last.pt"))
     assert head["cfg"]["task"].block_size == 1 and head["cfg"]["task"].draft_vocab == 16
-    for folder, algorithm in (("head_k1_l1_v16_m0.05", "gad"), ("block_nat_k2_m0.05", "gad"), ("bpd_k2_m0.05", "bpd")):
+    for folder, algorithm in (("head_k1_l1_in1_v16_m0.05", "gad"), ("block_nat_k2_m0.05", "gad"),
+                              ("bpd_k2_m0.05", "bpd")):
         assert (save / folder / ".trained").exists(), output
         report = json.loads((save / folder / "bench.json").read_text())
         rows = {row["algorithm"]: row for row in report["results"]}
@@ -872,7 +954,7 @@ def test_draft_head_recipe_with_head_distill_beam_learns_the_verifiers_beam_sear
     assert (targets / ".done").exists() and not (save / "self_distilled").exists(), output
     for split in ("train", "valid"):
         assert "with beam=2:" in (targets / "text" / f"{split}.generate.log").read_text()
-    head = checkpoint_utils.load_checkpoint_to_cpu(str(save / "head_k1_l1_b2_m0.05" / "checkpoint_last.pt"))
+    head = checkpoint_utils.load_checkpoint_to_cpu(str(save / "head_k1_l1_in1_b2_m0.05" / "checkpoint_last.pt"))
     assert head["cfg"]["task"].data == str(targets)
     refused = subprocess.run(["bash", str(REPO / "scripts" / "draft_head_recipe.sh"), str(toy_experiment["data"]),
                               str(save), "-s", "src", "-t", "tgt", "--references", "ref", "--head-distill-beam", "0"],

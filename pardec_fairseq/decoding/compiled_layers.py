@@ -436,6 +436,38 @@ def position_table(module) -> Optional[np.ndarray]:
     return module.weight.detach().numpy()
 
 
+class DecoderInputs:
+    """A fairseq decoder's input of a token at an output column, as compiled drafting calls compute it
+    (``embed_rows``): the scaled embedding, fairseq's position (pad + 1 + column) and the embedding's norm.
+    For decoders whose embeddings are as wide as their layers (``self_draft_obstacle``)."""
+
+    def __init__(self, decoder):
+        d = decoder.embed_tokens.embedding_dim
+        table = position_table(decoder.embed_positions)
+        norm = norm_arrays(decoder.layernorm_embedding)
+        no_norm = (np.ones(d, dtype=np.float32), np.zeros(d, dtype=np.float32), np.float32(1e-5))
+        self.operands = (decoder.embed_tokens.weight.detach().numpy(), np.float32(decoder.embed_scale),
+                         np.zeros((1, 1), dtype=np.float32) if table is None else table, table is not None,
+                         decoder.padding_idx, no_norm if norm is None else norm, norm is not None)
+
+
+@numba.njit(cache=True, nogil=True)
+def embed_rows(tokens, columns, embeddings, embed_scale, positions, has_positions, pad, embedding_norm,
+               normalize_embedding):
+    """``[n, d]``: the decoder inputs of ``tokens[i]`` at output columns ``columns[i]`` (``DecoderInputs``'
+    operands after the first two)."""
+    n = tokens.shape[0]
+    x = np.empty((n, embeddings.shape[1]), dtype=np.float32)
+    last_position = positions.shape[0] - 1
+    for i in range(n):
+        x[i] = embeddings[tokens[i]] * embed_scale
+        if has_positions:
+            x[i] += positions[min(pad + 1 + columns[i], last_position)]
+    if normalize_embedding:
+        x = norm_rows(x, *embedding_norm)
+    return x
+
+
 class _Placeholder:
     """A product slot the kernel never reads (no encoder attention), its panels of the layer's kind."""
 

@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from pardec_fairseq.decoding import vector_kernels
-from pardec_fairseq.decoding.compiled_layers import (CompiledLayers, log_sum_exp, norm_rows, pass_layers, top_words,
-                                                     write_keys_values)
+from pardec_fairseq.decoding.compiled_layers import (NO_TREE, CompiledLayers, embed_rows, log_sum_exp, norm_rows,
+                                                     pass_layers, top_words, write_keys_values)
 from pardec_fairseq.decoding.drafters.shortlist import ShortlistProjection
 from pardec_fairseq.decoding.proposals import DraftTree, tree_shape
 
@@ -28,7 +28,7 @@ from pardec_fairseq.decoding.proposals import DraftTree, tree_shape
 @numba.njit(cache=True, nogil=True)
 def _remember_and_draft(accepted_states, path, accepted_first, accepted, outputs, last_states, embeddings, fuse,
                         slot_embedding, final_norm, output, column_words, first, steps, leaves, sees, cache_views,
-                        layer_weights, memory):
+                        layer_weights, memory, reader):
     """``_remember_accepted`` of the last pass's states ``accepted_states`` from columns ``accepted_first``
     (none: a batch's first proposal), then ``_draft``; with leaves also the tree's shape
     (``proposals.tree_shape``)."""
@@ -36,7 +36,8 @@ def _remember_and_draft(accepted_states, path, accepted_first, accepted, outputs
         _remember_accepted(accepted_states, path, accepted_first, accepted, last_states, memory, cache_views[0],
                            cache_views[1])
     tokens, counts, parents = _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, output,
-                                     column_words, first, steps, leaves, sees, cache_views, layer_weights, memory)
+                                     column_words, first, steps, leaves, sees, cache_views, layer_weights, memory,
+                                     reader)
     if leaves:
         tree_parents, depth, tree_sees = tree_shape(parents)
     else:
@@ -47,14 +48,15 @@ def _remember_and_draft(accepted_states, path, accepted_first, accepted, outputs
 
 @numba.njit(cache=True, nogil=True)
 def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, output, column_words, first, steps,
-           leaves, sees, cache_views, layer_weights, memory):
+           leaves, sees, cache_views, layer_weights, memory, reader):
     """Each row's drafted tokens and their counts ``[rows]``: ``steps`` calls of the head, each drafting the
     top-1 token of its ``k`` slots, after each row's last token ``outputs[r, first[r]]`` (its accepted output
     so far): the chain ``[rows, steps * k]``. With ``leaves`` (a one-slot head) each call's runner-up word
     is a candidate too, and the ``steps + leaves`` likeliest of the chain's tokens and runner-ups are
     drafted (``_likeliest_of_comb``). Slot ``i``'s input is ``fuse(embedding of the row's last token, its
-    last state) + slot_embedding[i]``; after a call, its slots' features stand in for the verifier's
-    states not computed yet (their keys and values are written where the verifier's will be, the last
+    last state) + slot_embedding[i]``, or with a ``reader`` (``VerifierInputLayers.operands``) the token
+    through the verifier's first layers in place of its embedding (``_read_tokens``); after a call, its
+    slots' features stand in for the verifier's states not computed yet (their keys and values are written where the verifier's will be, the last
     slot's token and features are the next call's last token and state). ``fuse``/``output``: packed
     products ``(panels, bias, columns)``, ``column_words`` the word of each of ``output``'s columns;
     ``final_norm``: ``(weight, bias, eps)``; ``memory`` as ``write_keys_values``'s products. Returns the
@@ -73,8 +75,11 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
         inputs[r, width:] = last_states[r]
     first = first.copy()
     for step in range(steps):
-        for r in range(rows):
-            inputs[r, :width] = embeddings[outputs[r, first[r]] if step == 0 else drafted[r, step * k - 1]]
+        if reader is None:
+            for r in range(rows):
+                inputs[r, :width] = embeddings[outputs[r, first[r]] if step == 0 else drafted[r, step * k - 1]]
+        else:
+            _read_tokens(inputs, outputs, drafted, first, step, k, *reader)
         fused = vector_kernels.product(inputs, *fuse)
         x = np.empty((rows, k, d), dtype=np.float32)
         for r in range(rows):
@@ -102,6 +107,28 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
         tokens, parents = _likeliest_of_comb(comb_words, comb_paths, steps + leaves)
         return tokens, np.full(rows, steps + leaves, dtype=np.int64), parents
     return drafted, np.full(rows, steps * k, dtype=np.int64), np.empty((rows, 0), dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _read_tokens(inputs, outputs, drafted, first, step, k, decoder_inputs, cache_views, layer_weights):
+    """Into ``inputs[r, :d]``: the output of the verifier's first layers (``layer_weights`` over its cache
+    ``cache_views``) at each row's token that a call reads next, running them over the tokens not run yet: at
+    ``step`` 0 the row's last token ``outputs[r, first[r]]``, later the ``k`` tokens the last call drafted, at
+    columns ``first[r] - k + 1 .. first[r]``. Their keys and values go to columns the verifier's next pass
+    writes over before reading them, as ``self_draft``'s do."""
+    rows = first.shape[0]
+    m = 1 if step == 0 else k
+    tokens = np.empty(rows * m, dtype=np.int64)
+    columns = np.empty(rows * m, dtype=np.int64)
+    for r in range(rows):
+        for j in range(m):
+            tokens[r * m + j] = outputs[r, first[r]] if step == 0 else drafted[r, (step - 1) * k + j]
+            columns[r * m + j] = first[r] - m + 1 + j
+    x = embed_rows(tokens, columns, *decoder_inputs)
+    x = pass_layers(x.reshape((rows, m, x.shape[1])), first - m + 1, np.arange(rows), NO_TREE, True, *cache_views,
+                    *layer_weights)
+    for r in range(rows):
+        inputs[r, :x.shape[2]] = x[r, m - 1]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -278,8 +305,11 @@ class CompiledHead:
     columns and their words as each batch selects them)."""
 
     def __init__(self, layers: CompiledLayers, embeddings: Tensor, fuse, slot_embedding: Tensor, final_norm,
-                 output, memory):
+                 output, memory, input_layers=None):
+        """``input_layers``: the ``VerifierInputLayers`` a head reads the last token through (``None``: its
+        embedding)."""
         self.layer_weights = layers.weights
+        self.input_layers = input_layers
         self.embeddings = embeddings.detach().numpy()
         self.fuse, self.output = fuse.operands, output
         self.plain_column_words = np.arange(output.operands[2])  # a projection without a shortlist: column c is word c
@@ -289,24 +319,26 @@ class CompiledHead:
         self.memory = tuple(product.operands for product in memory)
 
     def draft(self, cache, outputs: Tensor, last_states: Tensor, lengths: Tensor, sees: Tensor,
-              steps: int = 1, leaves: int = 0, accepted: Optional["AcceptedStates"] = None):
+              steps: int = 1, leaves: int = 0, accepted: Optional["AcceptedStates"] = None, verifier_cache=None):
         """The tokens ``[rows, m]``, their counts ``[rows]`` and their tree (``None``: a chain) of ``_draft``:
         ``steps`` calls' slots' top-1 tokens after each row's last token ``outputs[r, lengths[r]]``, the slots
         written at columns ``lengths[r]`` on of ``cache``; with ``leaves`` (a one-slot head) the ``steps +
         leaves`` likeliest of them and the calls' runner-up words. ``accepted``: the last pass's states to
-        remember first (``remember``'s). In one compiled call: in the loop each torch operation around it
-        cost microseconds, and the writes and the tree's shape took 30-40 us a pass more as calls of their
-        own on the Intel Xeon VM."""
+        remember first (``remember``'s). ``verifier_cache``: the verifier's ``FastCache``, for ``input_layers``.
+        In one compiled call: in the loop each torch operation around it cost microseconds, and the writes and
+        the tree's shape took 30-40 us a pass more as calls of their own on the Intel Xeon VM."""
         first = lengths.numpy()
         reach = int(first.max()) + steps * self.slot_embedding.shape[0]
         if accepted is not None:
             reach = max(reach, accepted.reach())
         cache.reserve(reach)
+        reader = None if self.input_layers is None else \
+            self.input_layers.operands(verifier_cache, int(first.max()) + steps * self.slot_embedding.shape[0])
         pending = _NOTHING_ACCEPTED if accepted is None else accepted.operands()
         drafted, counts, parents, tree_parents, depth, tree_sees = _remember_and_draft(
             *pending, outputs.numpy(), last_states.numpy(), self.embeddings, self.fuse, self.slot_embedding,
             self.final_norm, *self.projection(), first, steps, leaves, sees.numpy(), cache.numpy_views(),
-            self.layer_weights, self.memory)
+            self.layer_weights, self.memory, reader)
         tree = DraftTree(*(torch.from_numpy(part) for part in (tree_parents, depth, tree_sees))) if leaves else None
         return torch.from_numpy(drafted), torch.from_numpy(counts), \
             torch.from_numpy(parents) if leaves else None, tree

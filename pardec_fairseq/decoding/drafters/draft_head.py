@@ -23,17 +23,18 @@ import torch
 import torch.nn.functional as F
 
 from pardec_fairseq.decoding import vector_kernels
-from pardec_fairseq.decoding.compiled_layers import CompiledLayers, Layers, compiles
+from pardec_fairseq.decoding.compiled_layers import CompiledLayers, DecoderInputs, Layers, compiles
 from pardec_fairseq.decoding.drafters import Drafter, draft_projection
 from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
 from pardec_fairseq.decoding.drafters.compiled_head import AcceptedStates, CompiledHead
 from pardec_fairseq.decoding.drafters.refinement import Lattice
+from pardec_fairseq.decoding.drafters.self_draft import fast_cache_of, self_draft_obstacle
 from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist, ShortlistProjection, nothing_to_add
 from pardec_fairseq.decoding.fast_ops import Norm, Product
 from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, encoder_keys_values, run_layers
 from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, draft_head_architecture,
-                                              has_fairseq_output_layer, same_fingerprint,
+                                              has_fairseq_output_layer, same_fingerprint, token_input_width,
                                               verifier_fingerprint)
 
 
@@ -49,6 +50,31 @@ def relaid(layer: HeadLayer, precision: str = "float32") -> DecoderLayer:
     return DecoderLayer(layer.heads, product(layer.q, layer.slot_kv, scale_first=scale), product(layer.self_out),
                         Norm(layer.self_norm, True), product(layer.fc1), product(layer.fc2), F.relu,
                         Norm(layer.ffn_norm, True), encoder)
+
+
+class VerifierInputLayers:
+    """The verifier's first decoder layers, through which a head trained with ``--head-input-layers`` reads
+    each token it drafts after, run by the compiled drafting call (``compiled_head._read_tokens``) over the
+    verifier's own cache, their products in the head's precision."""
+
+    def __init__(self, decoder, count: int, precision: str):
+        obstacle = self_draft_obstacle(decoder)
+        if obstacle is not None:
+            raise ValueError(f"the draft head reads tokens through the verifier's first {count} decoder layers "
+                             f"(--head-input-layers), run as fairseq's transformer decoder runs them; this one has "
+                             f"{obstacle}: train a head with --head-input-layers 0")
+        with torch.no_grad():
+            layers = Layers([DecoderLayer.of(layer, precision) for layer in decoder.layers[:count]])
+        self.count, self.inputs = count, DecoderInputs(decoder)
+        self.weights = CompiledLayers(layers).weights if compiles(layers) else None
+
+    def operands(self, cache: FastCache, reach: int):
+        """What ``_read_tokens`` reads, the cache grown to ``reach`` columns."""
+        cache.reserve(reach)
+        keys, values, enc_keys, enc_values, padding, padded = cache.numpy_views()
+        n = self.count
+        return self.inputs.operands, (keys[:n], values[:n], enc_keys[:n], enc_values[:n], padding, padded), \
+            self.weights
 
 
 def default_steps(block_size: int, refined: bool) -> int:
@@ -198,12 +224,20 @@ class DraftHeadDrafter(Drafter):
                              f"{words} words; branch at most that many ways (a leaf is a second word)")
         layers = Layers(self.layers)
         self.compiled = CompiledLayers(layers) if compiles(layers) else None
+        input_layers = VerifierInputLayers(self.verifier.decoder, model.input_layers, precision) \
+            if model.input_layers else None
         # the whole drafting call compiled, where the draft is each slot's top-1 on the vector kernel
         self.compiled_head = None
         if self.compiled is not None and isinstance(self.output_layer, (Product, ShortlistProjection)) \
-                and self.output_layer.on_kernel:
+                and self.output_layer.on_kernel and (input_layers is None or input_layers.weights is not None):
             self.compiled_head = CompiledHead(self.compiled, self.verifier.decoder.embed_tokens.weight, self.fuse,
-                                              self.slot_embedding, self.final_norm, self.output_layer, self.memory)
+                                              self.slot_embedding, self.final_norm, self.output_layer, self.memory,
+                                              input_layers)
+        if input_layers is not None and (self.compiled_head is None or self.grows_tree or refinement is not None):
+            raise ValueError(f"this draft head reads tokens through the verifier's first {model.input_layers} decoder "
+                             "layers (trained with --head-input-layers), which only its compiled chain runs: decode in "
+                             "float32 on a CPU without --refine, --draft-head-branches, --draft-head-threshold and "
+                             "--draft-head-nodes, or train a head with --head-input-layers 0")
 
     @classmethod
     def from_state(cls, path, state, src_dict, tgt_dict, verifier, refinement=None, draft_vocab=None,
@@ -219,11 +253,13 @@ class DraftHeadDrafter(Drafter):
                              "decoding here (its weights differ): train a head with --verifier-path set to this "
                              "checkpoint")
         args = state["cfg"].model
+        # heads saved before --head-input-layers read the embedding
+        args.head_input_layers = getattr(args, "head_input_layers", 0)
         draft_head_architecture(args)  # defaults for options added since the head was saved
         decoder = verifier.decoder
-        head = DraftHead(args, state["cfg"].task.block_size, decoder.embed_tokens.embedding_dim,
+        head = DraftHead(args, state["cfg"].task.block_size, token_input_width(decoder, args.head_input_layers),
                          decoder.output_embed_dim, verifier.encoder.embed_tokens.embedding_dim)
-        model = DraftHeadModel(head, verifier)
+        model = DraftHeadModel(head, verifier, input_layers=args.head_input_layers)
         model.load_state_dict(state["model"], strict=True, model_cfg=args)
         parameter = next(verifier.parameters())
         if draft_vocab is None:
@@ -237,6 +273,9 @@ class DraftHeadDrafter(Drafter):
                              "through the plugin's engine")
         if self.compiled_head is not None:  # whichever verifier runs, the head's products follow torch's threads
             vector_kernels.follow_torch_threads()
+        self.verifier_cache = fast_cache_of(verifier_cache, "this draft head reads tokens through the verifier's "
+                                            "first layers (--head-input-layers)") \
+            if self.compiled_head is not None and self.compiled_head.input_layers is not None else None
         enc, padding = encoded
         rows, k, first = enc.size(0), self.block_size, self.layers[0]
         enc_keys, enc_values = encoder_keys_values(self.layers, enc)
@@ -257,7 +296,7 @@ class DraftHeadDrafter(Drafter):
         if self.compiled_head is not None and not self.grows_tree and self.refinement is None:
             tokens, counts, parents, tree = self.compiled_head.draft(
                 self.cache, state.tokens, self.last_state, state.lengths, self.all_slots.sees, self.batch_steps,
-                self.batch_leaves, accepted)
+                self.batch_leaves, accepted, self.verifier_cache)
             return Proposal(tokens=tokens, lengths=counts, parents=parents, tree=tree)
         if accepted is not None:
             self.compiled_head.remember(self.cache, accepted, self.last_state)

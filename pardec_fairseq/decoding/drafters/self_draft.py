@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from pardec_fairseq.decoding import vector_kernels
-from pardec_fairseq.decoding.compiled_layers import (NO_TREE, CompiledLayers, Layers, compiles, norm_arrays,
-                                                     norm_rows, pass_layers, position_table)
+from pardec_fairseq.decoding.compiled_layers import (NO_TREE, CompiledLayers, DecoderInputs, Layers, compiles,
+                                                     embed_rows, norm_arrays, norm_rows, pass_layers)
 from pardec_fairseq.decoding.drafters import Drafter, draft_projection
 from pardec_fairseq.decoding.fast_layers import DecoderLayer, FastCache
 from pardec_fairseq.decoding.proposals import Proposal
@@ -33,6 +33,15 @@ def self_draft_obstacle(decoder) -> Optional[str]:
     if not has_fairseq_output_layer(decoder, 0):
         return f"an output layer of its own ({type(decoder).__name__})"
     return None
+
+
+def fast_cache_of(verifier_cache, who: str) -> FastCache:
+    """The fast verifier's cache of a batch, over which ``who`` runs the verifier's layers."""
+    caches = getattr(verifier_cache, "caches", None)
+    if not caches or not isinstance(caches[0], FastCache):
+        raise ValueError(f"{who} over the fast verifier's cache: decode with --verifier fast (the default) a model "
+                         "the fast path reproduces")
+    return caches[0]
 
 
 class SelfDrafter(Drafter):
@@ -54,61 +63,49 @@ class SelfDrafter(Drafter):
             raise ValueError("--gen-algo self-draft drafts on the vector kernel: decode in float32 on a CPU "
                              "(the model's parameters are on another device or in another precision)")
         self.layers = CompiledLayers(layers)
-        self.embeddings = decoder.embed_tokens.weight.detach().numpy()
-        self.embed_scale = np.float32(decoder.embed_scale)
+        self.inputs = DecoderInputs(decoder)
         self.pad, self.eos = decoder.padding_idx, decoder.dictionary.eos()
-        table = position_table(decoder.embed_positions)
-        self.positions = (table, True) if table is not None else (np.zeros((1, 1), dtype=np.float32), False)
-        d = self.embeddings.shape[1]
+        d = decoder.embed_tokens.embedding_dim
         no_norm = (np.ones(d, dtype=np.float32), np.zeros(d, dtype=np.float32), np.float32(1e-5))
-        # the embedding's and the output's norms, each with whether the decoder has it
-        self.norms = tuple(part for module in (decoder.layernorm_embedding, decoder.layer_norm)
-                           for part in ((no_norm, False) if module is None else (norm_arrays(module), True)))
+        # the output's norm, with whether the decoder has it
+        self.final_norm = (no_norm, False) if decoder.layer_norm is None else (norm_arrays(decoder.layer_norm), True)
         self.cache = None
 
     def begin(self, net_input, max_len, encoded=None, verifier_cache=None):
-        caches = getattr(verifier_cache, "caches", None)
-        if not caches or not isinstance(caches[0], FastCache):
-            raise ValueError("--gen-algo self-draft drafts over the fast verifier's cache: decode with "
-                             "--verifier fast (the default) a model the fast path reproduces")
-        self.cache = caches[0]
+        self.cache = fast_cache_of(verifier_cache, "--gen-algo self-draft drafts")
         vector_kernels.follow_torch_threads()
 
     def propose(self, state) -> Proposal:
         cache, lengths = self.cache, state.lengths
         cache.reserve(int(lengths.max()) + self.steps)
-        tokens, counts = _draft_chain(state.tokens.numpy(), lengths.numpy(), self.steps, self.eos, self.embeddings,
-                                      self.embed_scale, *self.positions, self.pad, *self.norms, cache.numpy_views(),
+        tokens, counts = _draft_chain(state.tokens.numpy(), lengths.numpy(), self.steps, self.eos, self.pad,
+                                      self.inputs.operands, *self.final_norm, cache.numpy_views(),
                                       self.layers.weights, self.output.operands)
         return Proposal(tokens=torch.from_numpy(tokens), lengths=torch.from_numpy(counts))
 
 
 @numba.njit(cache=True, nogil=True)
-def _draft_chain(tokens, lengths, steps, eos, embeddings, embed_scale, positions, has_positions, pad, embedding_norm,
-                 normalize_embedding, final_norm, normalize_output, cache_views, layer_weights, output):
+def _draft_chain(tokens, lengths, steps, eos, pad, inputs, final_norm, normalize_output, cache_views, layer_weights,
+                 output):
     """Each row's next tokens, up to ``steps`` one at a time and through its first EOS: the top word of the
     decoder's layers (``layer_weights``, as ``pass_layers`` reads them) over the cache ``cache_views`` after
     the row's last accepted token ``tokens[r, lengths[r]]`` (at column ``lengths[r]``, fairseq's position
-    ``pad + 1 + lengths[r]``), then after each drafted one; ``output``: the packed projection ``(panels,
-    bias, columns)``, column ``c`` the dictionary's word ``c``. Returns the tokens ``[rows, longest]`` and
-    each row's count."""
+    ``pad + 1 + lengths[r]``), then after each drafted one; ``inputs``: ``DecoderInputs``' operands;
+    ``output``: the packed projection ``(panels, bias, columns)``, column ``c`` the dictionary's word ``c``.
+    Returns the tokens ``[rows, longest]`` and each row's count."""
     rows = lengths.shape[0]
-    d = embeddings.shape[1]
+    d = inputs[0].shape[1]
     drafted = np.full((rows, steps), pad, dtype=np.int64)
     counts = np.full(rows, steps, dtype=np.int64)
     first = lengths.copy()
     live = np.arange(rows)  # the rows still drafting
-    last_position = positions.shape[0] - 1
     for step in range(steps):
         n = live.shape[0]
-        x = np.empty((n, d), dtype=np.float32)
+        current = np.empty(n, dtype=np.int64)
         for i in range(n):
             r = live[i]
-            x[i] = embeddings[tokens[r, lengths[r]] if step == 0 else drafted[r, step - 1]] * embed_scale
-            if has_positions:
-                x[i] += positions[min(pad + 1 + first[r], last_position)]
-        if normalize_embedding:
-            x = norm_rows(x, *embedding_norm)
+            current[i] = tokens[r, lengths[r]] if step == 0 else drafted[r, step - 1]
+        x = embed_rows(current, first[live], *inputs)
         x = pass_layers(x.reshape((n, 1, d)), first[live], live, NO_TREE, True, *cache_views,
                         *layer_weights).reshape((n, d))
         if normalize_output:
