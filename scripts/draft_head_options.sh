@@ -13,8 +13,8 @@ draft_head=0 head_options=("$@") head_words=0
 take_draft_head_option() {
   case "$1" in
     --draft-head) draft_head=1; head_words=1 ;;
-    --head-minutes | --head-block-size | --head-layers | --head-draft-vocab | --head-distill-beam | --head-algorithms \
-      | --compare-block-size)
+    --head-minutes | --head-block-size | --head-layers | --head-input-layers | --head-draft-vocab \
+      | --head-distill-beam | --head-algorithms | --compare-block-size)
       [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
       head_options+=("$1" "$2"); head_words=2 ;;
     --head-compare) head_options+=("$1"); head_words=1 ;;

@@ -2,8 +2,8 @@
 # The draft-head steps of a translation recipe (run.sh --draft-head), on its trained Transformer, which
 # stays frozen: the Transformer's own greedy outputs of the training and valid sets (scripts/distill.sh
 # --beam 1 --valid, into SAVE_DIR/self_distilled/: validation scores the drafts decoding keeps), a draft
-# head trained on them (scripts/train_draft_head.sh, into SAVE_DIR/head_k<K>_l<L>_m<M>/,
-# head_k<K>_l<L>_v<N>_m<M>/ with --draft-vocab N), then the benchmark of greedy and ALGORITHMS with the
+# head trained on them (scripts/train_draft_head.sh, into SAVE_DIR/head_k<K>_l<L>_in<I>_m<M>/,
+# head_k<K>_l<L>_in<I>_v<N>_m<M>/ with --draft-vocab N), then the benchmark of greedy and ALGORITHMS with the
 # head, into that folder (bench_b<batch size>.{md,json,png}, named by the recipe's bench options). With
 # --head-compare, the other two drafters at equal training time: for the same minutes on the same
 # outputs, GAD's block_nat drafter (initialised from the Transformer, --compare-block-size slots) into
@@ -15,21 +15,24 @@
 # outputs, greedy's 25.46, neither difference significant; exact gad keeps as many tokens either way:
 # docs/results.md, stop 67).
 #   scripts/draft_head_recipe.sh DATA_BIN SAVE_DIR -s SRC -t TGT --references REF [--head-minutes 60]
-#       [--head-block-size 1] [--head-layers 1] [--head-draft-vocab 0] [--head-distill-beam 1]
+#       [--head-block-size 1] [--head-layers 1] [--head-input-layers 1] [--head-draft-vocab 0]
+#       [--head-distill-beam 1]
 #       [--head-algorithms "gad"] [--head-compare [--compare-block-size 4]] [--preset cpu] [--nproc 1] [--no-bench]
 #       [-- BENCH_OPTIONS...]
 # The --head-* options are the recipes' own (run.sh --draft-head passes them on as given): minutes of
 # training, tokens drafted per call (1, the default: a one-slot head drafting autoregressively, 3 steps
-# per pass, the best measured on LibreOffice; docs/results.md), layers, words drafted among (0: all; see
+# per pass, the best measured on LibreOffice; docs/results.md), layers, the verifier's decoder layers the head
+# reads the last token through (train_draft_head.sh --input-layers), words drafted among (0: all; see
 # train_draft_head.sh --draft-vocab), the algorithms benchmarked with the head and the comparison.
 # --compare-block-size: the compared drafters' slots (heads), which draft in one call. --preset: the
 # Transformer's (scripts/train_transformer.sh), which the compared drafters are built like.
 # SAVE_DIR holds the Transformer (checkpoint_best.pt); BENCH_OPTIONS (the recipe's: batch size, name,
 # repetitions, ...) go to scripts/bench.py before --algorithms.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,28p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,30p "$0" >&2; exit 2; }
 data=$1 save=$2; shift 2
-src="" tgt="" references="" minutes=60 block_size=1 layers=1 draft_vocab=0 nproc=1 algorithms="gad" bench=1
+src="" tgt="" references="" minutes=60 block_size=1 layers=1 input_layers=1 draft_vocab=0 nproc=1 algorithms="gad"
+bench=1
 compare=0 compare_block_size=4 preset=cpu distill_beam=1
 bench_options=()
 while [ $# -gt 0 ]; do
@@ -40,6 +43,7 @@ while [ $# -gt 0 ]; do
     --head-minutes) minutes=$2; shift 2 ;;
     --head-block-size) block_size=$2; shift 2 ;;
     --head-layers) layers=$2; shift 2 ;;
+    --head-input-layers) input_layers=$2; shift 2 ;;
     --head-draft-vocab) draft_vocab=$2; shift 2 ;;
     --head-distill-beam) distill_beam=$2; shift 2 ;;
     --head-algorithms) algorithms=$2; shift 2 ;;
@@ -68,9 +72,10 @@ if [ ! -f "$targets/.done" ]; then
   touch "$targets/.done"
 fi
 vocab=""; [ "$draft_vocab" = 0 ] || vocab="_v$draft_vocab"
-head="$save/head_k${block_size}_l${layers}${vocab}${beam}_m$minutes"
+head="$save/head_k${block_size}_l${layers}_in${input_layers}${vocab}${beam}_m$minutes"
 bash "$root/scripts/train_draft_head.sh" "$targets" "$verifier" "$head" -s "$src" -t "$tgt" \
-  --minutes "$minutes" --block-size "$block_size" --layers "$layers" --draft-vocab "$draft_vocab" --nproc "$nproc"
+  --minutes "$minutes" --block-size "$block_size" --layers "$layers" --input-layers "$input_layers" \
+  --draft-vocab "$draft_vocab" --nproc "$nproc"
 benchmark() {  # benchmark OUT_DIR BENCH_ARGS...: the recipe's benchmark, into OUT_DIR
   local out=$1; shift
   [ "$bench" -eq 0 ] || "$root/.venv/bin/python" "$root/scripts/bench.py" "$data" -s "$src" -t "$tgt" \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Train a draft head (the drafter that rides on the verifier) with fairseq-train, the verifier frozen.
 #   scripts/train_draft_head.sh DATA_BIN VERIFIER.pt SAVE_DIR -s SRC -t TGT [--minutes M] [--block-size K]
-#                               [--layers L] [--draft-vocab N] [--regression-weight W] [--max-tokens N] [--nproc N]
+#                               [--layers L] [--input-layers N] [--draft-vocab N] [--regression-weight W]
+#                               [--max-tokens N] [--nproc N]
 #                               [--recompute-states] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
 # DATA_BIN: binarized with the verifier's dictionaries, best its own greedy outputs on the train
 #           sources (scripts/distill.sh ... --beam 1), which are what the head must predict
@@ -9,6 +10,8 @@
 # --block-size K tokens drafted per call (default 4); 1 trains a head that drafts autoregressively
 #                (decoding calls it --draft-head-steps times per pass, feeding its output features back)
 # --layers L     layers of the head (default 1)
+# --input-layers N  the head reads the last token through the verifier's first N decoder layers (default 1;
+#                0: its embedding, as heads trained before this option; draft_head --head-input-layers)
 # --draft-vocab N  draft among the dictionary's N most frequent words, trained on those alone: a
 #                training step and a drafting call project onto N words instead of all (default 0: all)
 # --regression-weight W  weight of EAGLE's feature loss (draft_head_loss --state-regression-weight):
@@ -22,9 +25,10 @@
 # A finished training in SAVE_DIR (marked by SAVE_DIR/.trained) is reused; the log is SAVE_DIR/train.log.
 # Decode with: fairseq-generate ... --task translation_pardec --gen-algo gad --drafter-path SAVE_DIR/checkpoint_last.pt
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n 2,23p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,26p "$0" >&2; exit 2; }
 data=$1 verifier=$2 save=$3; shift 3
-src="" tgt="" minutes=60 block_size=4 layers=1 draft_vocab=0 regression_weight="" max_tokens=2048 nproc=1 extra=()
+src="" tgt="" minutes=60 block_size=4 layers=1 input_layers=1 draft_vocab=0 regression_weight="" max_tokens=2048
+nproc=1 extra=()
 keep_states=(--keep-verifier-states)
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,6 +37,7 @@ while [ $# -gt 0 ]; do
     --minutes) minutes=$2; shift 2 ;;
     --block-size) block_size=$2; shift 2 ;;
     --layers) layers=$2; shift 2 ;;
+    --input-layers) input_layers=$2; shift 2 ;;
     --draft-vocab) draft_vocab=$2; shift 2 ;;
     --regression-weight) regression_weight=$2; shift 2 ;;
     --max-tokens) max_tokens=$2; shift 2 ;;
@@ -53,7 +58,7 @@ if [ -f "$save/.trained" ]; then
 fi
 args=("$data" --user-dir "$root/pardec_fairseq" --task translation_draft_head -s "$src" -t "$tgt"
   --verifier-path "$verifier" --block-size "$block_size" --draft-vocab "$draft_vocab" --arch draft_head
-  --head-layers "$layers"
+  --head-layers "$layers" --head-input-layers "$input_layers"
   --criterion draft_head_loss --state-regression-weight "$regression_weight"
   --optimizer adam --adam-betas "(0.9,0.98)" --lr 1e-3
   --lr-scheduler inverse_sqrt --warmup-updates 200 --max-tokens "$max_tokens" --max-epoch 100

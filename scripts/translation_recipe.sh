@@ -8,13 +8,14 @@
 # OPTIONS: those of scripts/recipe_options.sh; --raw-dir DIR and --bpe-merges N for prepare.sh (with
 # --bpe-merges, data and models go to data/NAME_bpe<N>/ and runs/NAME_bpe<N>/); --draft-head with
 # --head-minutes M (60), --head-block-size K (1: a one-slot head drafting 3 steps), --head-layers L (1),
+# --head-input-layers N (1),
 # --head-draft-vocab N (0: all words; see train_draft_head.sh --draft-vocab), --head-distill-beam B (1: the
 # head learns the Transformer's greedy outputs; B > 1: its beam-B outputs, for gad++), --head-algorithms "..." (gad;
 # with K > 1 "gad:refine=ngram,refine-drafts=4" chooses drafts from the head's top-4 lattice by an n-gram
 # model of the training targets), --head-compare (also GAD's block drafter and frozen BPD heads,
 # --compare-block-size K (4) slots, trained as long, each benchmarked).
 # Outputs: data/NAME/, runs/NAME/<NAME option, default the preset>/ (checkpoints, train.log,
-# bench_b<B>.{md,json,png}; with --draft-head self_distilled/ and head_k<K>_l<L>[_v<N>]_m<M>/).
+# bench_b<B>.{md,json,png}; with --draft-head self_distilled/ and head_k<K>_l<L>_in<I>[_v<N>]_m<M>/).
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n 2,17p "$0" >&2; exit 2; }
 recipe=$1 src=$2 tgt=$3; shift 3

@@ -18,8 +18,8 @@
 # bench_b<batch size>.{md,json,png}; with --gad also distilled_beam<B>/ (the distilled data),
 # gad/verifier/, gad/drafter_k<K>_w<W>/ and gad/bench_k<K>_w<W>_b<batch size>.{md,json,png} (with
 # --soft-copy, a drafter that soft-copies the source into its slots: k<K>_w<W>_copy in both names);
-# with --draft-head also self_distilled/ (the greedy outputs), head_k<K>_l<L>_v<N>_m<M>/ and
-# head_k<K>_l<L>_v<N>_m<M>/bench_b<batch size>.{md,json,png} (head_k<K>_l<L>_m<M>/ with
+# with --draft-head also self_distilled/ (the greedy outputs), head_k<K>_l<L>_in<I>_v<N>_m<M>/ and
+# head_k<K>_l<L>_in<I>_v<N>_m<M>/bench_b<batch size>.{md,json,png} (head_k<K>_l<L>_in<I>_m<M>/ with
 # --head-draft-vocab 0: a head drafting among all words rather than the 4,096 most frequent); with
 # --head-compare also block_nat_k<K>_m<M>/ and bpd_k<K>_m<M>/: GAD's block drafter and frozen BPD heads
 # trained as long on the same outputs, each with its benchmark (scripts/draft_head_recipe.sh); with
