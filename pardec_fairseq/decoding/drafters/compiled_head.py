@@ -56,11 +56,12 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
     drafted (``_likeliest_of_comb``). Slot ``i``'s input is ``fuse(embedding of the row's last token, its
     last state) + slot_embedding[i]``, or with a ``reader`` (``VerifierInputLayers.operands``) the token
     through the verifier's first layers in place of its embedding (``_read_tokens``); after a call, its
-    slots' features stand in for the verifier's states not computed yet (their keys and values are written where the verifier's will be, the last
-    slot's token and features are the next call's last token and state). ``fuse``/``output``: packed
-    products ``(panels, bias, columns)``, ``column_words`` the word of each of ``output``'s columns;
-    ``final_norm``: ``(weight, bias, eps)``; ``memory`` as ``write_keys_values``'s products. Returns the
-    tokens, counts and parents' pass positions (none for a chain)."""
+    slots' features stand in for the verifier's states not computed yet (their keys and values are written
+    where the verifier's will be, the last slot's token and features are the next call's last token and
+    state). ``fuse``/``output``: packed products ``(panels, bias, columns)``, ``column_words`` the word of
+    each of ``output``'s columns; ``final_norm``: ``(weight, bias, eps)``; ``memory`` as
+    ``write_keys_values``'s products. Returns the tokens, counts and parents' pass positions (none for a
+    chain)."""
     rows = outputs.shape[0]
     k, d = slot_embedding.shape
     width = embeddings.shape[1]
