@@ -11,7 +11,8 @@
 #       [--bench-sentences N] [--batch-size B] [--repetitions R] [--algorithms "greedy jacobi gs-jacobi hybrid-jacobi"] [--no-bench]
 #       [--gad [--distill-beam 5] [--verifier-minutes 20] [--drafter-minutes 30] [--block-size 10]
 #        [--context-window 0] [--soft-copy] [--gad-algorithms "gad gad++ gad++:gad-top-beta=5,gad-tau=3.0"]]
-#       [--draft-head [--head-minutes 60] [--head-block-size 1] [--head-layers 1] [--head-draft-vocab 4096]
+#       [--draft-head [--head-minutes 60] [--head-block-size 1] [--head-layers 1] [--head-input-layers 1]
+#        [--head-draft-vocab 4096]
 #        [--head-distill-beam 1] [--head-algorithms "gad ..."] [--head-compare [--compare-block-size 4]]]
 # Training options are those of scripts/train_transformer.sh (default: cpu preset, 60 minutes).
 # Outputs go to runs/libreoffice_en_de/<NAME, default the preset>/: checkpoints, train.log and
