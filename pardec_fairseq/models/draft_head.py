@@ -192,8 +192,10 @@ class DraftHeadModel(BaseFairseqModel):
         parser.add_argument("--head-input-layers", type=int,
                             help="the slots read the last accepted token as the verifier's first N decoder layers "
                             "output it (default 1; 0: its embedding, as heads saved before this option): on "
-                            "LibreOffice 77.6%% valid next-token accuracy after 5 epochs against 70.3%%, for one "
-                            "verifier layer a drafted token in decoding")
+                            "LibreOffice after 30 minutes on a 2-core CPU 79.2%% valid next-token accuracy against "
+                            "72.9%%, 3.15 tokens a gad pass against 2.67; decoding runs the layer on each token "
+                            "drafted after, which there cost what the fewer passes saved for exact gad, and gad++ "
+                            "ran 12%% faster")
         parser.add_argument("--head-attention-heads", type=int, help="attention heads per layer")
         parser.add_argument("--head-ffn-dim", type=int,
                             help="inner size of each layer's feed-forward block (default 256: on LibreOffice's "

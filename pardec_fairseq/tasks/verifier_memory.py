@@ -78,6 +78,7 @@ class VerifierMemory:
                                inputs)
 
     def bytes(self) -> int:
+        """What the kept outputs take."""
         return 4 * sum(t.numel() for t in (self.encoder, self.states, self.inputs) if t is not None)
 
     @staticmethod
