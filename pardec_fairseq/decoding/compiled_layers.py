@@ -354,6 +354,14 @@ def norm_arrays(module):
     return module.weight.detach().numpy(), module.bias.detach().numpy(), np.float32(module.eps)
 
 
+def norm_operands(module, width: int):
+    """A compiled call's operands of an optional layer norm: its arrays (an absent one's stand-ins, never
+    applied, of ``width``) and whether it is there."""
+    if module is None:
+        return (np.ones(width, dtype=np.float32), np.zeros(width, dtype=np.float32), np.float32(1e-5)), False
+    return norm_arrays(module), True
+
+
 class _CompiledWeights(_LayerKind):
     """A ``FastDecoder``'s layers as the kernel reads them: packed products, stacked norms."""
 
@@ -442,13 +450,11 @@ class DecoderInputs:
     For decoders whose embeddings are as wide as their layers (``self_draft_obstacle``)."""
 
     def __init__(self, decoder):
-        d = decoder.embed_tokens.embedding_dim
         table = position_table(decoder.embed_positions)
-        norm = norm_arrays(decoder.layernorm_embedding)
-        no_norm = (np.ones(d, dtype=np.float32), np.zeros(d, dtype=np.float32), np.float32(1e-5))
         self.operands = (decoder.embed_tokens.weight.detach().numpy(), np.float32(decoder.embed_scale),
                          np.zeros((1, 1), dtype=np.float32) if table is None else table, table is not None,
-                         decoder.padding_idx, no_norm if norm is None else norm, norm is not None)
+                         decoder.padding_idx,
+                         *norm_operands(decoder.layernorm_embedding, decoder.embed_tokens.embedding_dim))
 
 
 @numba.njit(cache=True, nogil=True)

@@ -65,17 +65,16 @@ class VerifierMemory:
                             f"({self.bytes() / 2 ** 30:.2f} GiB): "
                             "later batches run the head alone")
             return computed
-        encoder = self.encoder.new_zeros(*source.shape, self.encoder.size(1))
-        encoder[source] = self.encoder[src_rows]
-        states = self.states.new_zeros(*target.shape, self.states.size(1))
-        states[target] = self.states[tgt_rows]
-        inputs = None
-        if self.inputs is not None:
-            inputs = self.inputs.new_zeros(*target.shape, self.inputs.size(1))
-            inputs[target] = self.inputs[tgt_rows]
-            inputs = inputs.to(device, self.dtype)
-        return VerifierOutputs(encoder.to(device, self.dtype), (~source).to(device), states.to(device, self.dtype),
-                               inputs)
+        inputs = None if self.inputs is None else self._padded(self.inputs, tgt_rows, target, device)
+        return VerifierOutputs(self._padded(self.encoder, src_rows, source, device), (~source).to(device),
+                               self._padded(self.states, tgt_rows, target, device), inputs)
+
+    def _padded(self, buffer: Tensor, rows: Tensor, real: Tensor, device) -> Tensor:
+        """``[sentences, length, d]`` on ``device`` in the verifier's dtype: the flat ``buffer``'s ``rows`` at the
+        ``real`` (not padding) positions, zeros elsewhere."""
+        out = buffer.new_zeros(*real.shape, buffer.size(1))
+        out[real] = buffer[rows]
+        return out.to(device, self.dtype)
 
     def bytes(self) -> int:
         """What the kept outputs take."""

@@ -329,12 +329,9 @@ class CompiledHead:
         In one compiled call: in the loop each torch operation around it cost microseconds, and the writes and
         the tree's shape took 30-40 us a pass more as calls of their own on the Intel Xeon VM."""
         first = lengths.numpy()
-        reach = int(first.max()) + steps * self.slot_embedding.shape[0]
-        if accepted is not None:
-            reach = max(reach, accepted.reach())
-        cache.reserve(reach)
-        reader = None if self.input_layers is None else \
-            self.input_layers.operands(verifier_cache, int(first.max()) + steps * self.slot_embedding.shape[0])
+        drafted_reach = int(first.max()) + steps * self.slot_embedding.shape[0]
+        cache.reserve(drafted_reach if accepted is None else max(drafted_reach, accepted.reach()))
+        reader = None if self.input_layers is None else self.input_layers.operands(verifier_cache, drafted_reach)
         pending = _NOTHING_ACCEPTED if accepted is None else accepted.operands()
         drafted, counts, parents, tree_parents, depth, tree_sees = _remember_and_draft(
             *pending, outputs.numpy(), last_states.numpy(), self.embeddings, self.fuse, self.slot_embedding,

@@ -19,7 +19,7 @@ import torch
 
 from pardec_fairseq.decoding import vector_kernels
 from pardec_fairseq.decoding.compiled_layers import (NO_TREE, CompiledLayers, DecoderInputs, Layers, compiles,
-                                                     embed_rows, norm_arrays, norm_rows, pass_layers)
+                                                     embed_rows, norm_operands, norm_rows, pass_layers)
 from pardec_fairseq.decoding.drafters import Drafter, draft_projection
 from pardec_fairseq.decoding.fast_layers import DecoderLayer, FastCache
 from pardec_fairseq.decoding.proposals import Proposal
@@ -65,10 +65,7 @@ class SelfDrafter(Drafter):
         self.layers = CompiledLayers(layers)
         self.inputs = DecoderInputs(decoder)
         self.pad, self.eos = decoder.padding_idx, decoder.dictionary.eos()
-        d = decoder.embed_tokens.embedding_dim
-        no_norm = (np.ones(d, dtype=np.float32), np.zeros(d, dtype=np.float32), np.float32(1e-5))
-        # the output's norm, with whether the decoder has it
-        self.final_norm = (no_norm, False) if decoder.layer_norm is None else (norm_arrays(decoder.layer_norm), True)
+        self.final_norm = norm_operands(decoder.layer_norm, decoder.embed_tokens.embedding_dim)
         self.cache = None
 
     def begin(self, net_input, max_len, encoded=None, verifier_cache=None):
