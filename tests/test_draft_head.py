@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from conftest import REPO, TINY_TRANSFORMER, USER_DIR, run_fairseq
 from pardec_fairseq.criterions.draft_head_loss import DraftHeadLossCriterion, slot_targets
 from pardec_fairseq.decoding.drafters import compiled_head
+from pardec_fairseq.decoding.drafters.chain_length import ChainLength
 from pardec_fairseq.decoding.drafters.draft_head import (MOST_CHAIN_STEPS, DraftHeadDrafter, chain_steps,
                                                          likeliest_nodes, likeliest_of_comb)
 from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist
@@ -475,10 +476,10 @@ def test_a_one_slot_head_verifies_one_runner_up_leaf_by_default_where_it_is_free
     recorder = _ProposalRecorder()
     generator.decoder.observers.append(recorder)
     actual = generator.generate([verifier], batch)
-    # a chain is cut where the output's length limit falls, a tree is not; a tree fills a tile of the kernel
+    # a chain is cut where the output's length limit falls, a tree is not: the chain's tokens and a leaf
+    steps = chain_steps(sentences, leaves, torch.device("cpu"), ChainLength(MOST_CHAIN_STEPS))
     assert recorder.proposals and all((parents is None) == (leaves == 0) and
-                                      (len(proposal) == vector_kernels.WIDEST_TILE - 1 if leaves
-                                       else len(proposal) <= chain_steps(sentences, 0, torch.device("cpu")))
+                                      (len(proposal) == steps + 1 if leaves else len(proposal) <= steps)
                                       for _, proposal, parents in recorder.proposals)
     if not relaxed:
         assert_same_hypotheses(fairseq_beam_one([verifier], dictionary, batch, max_len_b=12), actual)
@@ -495,6 +496,49 @@ class _ProposalRecorder(LoopObserver):
         length = int(proposal.lengths[0])
         parents = None if proposal.parents is None else proposal.parents[0, :length].tolist()
         self.proposals.append((int(state.lengths[0]), proposal.tokens[0, :length].tolist(), parents))
+
+
+class _AcceptedRecorder(LoopObserver):
+    """Each pass's drafted tokens kept, by row."""
+
+    def __init__(self):
+        self.accepted = []
+
+    def after_pass(self, state, proposal, scores, verdict):
+        self.accepted.append(verdict.accepted.numpy().copy())
+
+
+@torch.no_grad()
+def test_a_sentence_decoded_alone_drafts_the_chain_its_predecessors_passes_pay_for():
+    """``--draft-head-steps`` unset: each pass of a sentence's chain without leaves on a CPU tells the
+    drafter's ``ChainLength`` how many drafted tokens the verifier kept, and the next such sentence drafts the
+    chain it then chooses; a batch of several sentences neither tells it nor follows it; outputs stay
+    fairseq's."""
+    dictionary = make_dictionary(20)
+    verifier = build_transformer(dictionary, seed=6, layers=2, eos_bias=-3.0).eval()
+    drafter = DraftHeadDrafter(build_head(verifier, block_size=1, layers=1, seed=7).eval(), leaves=0)
+    options = argparse.Namespace(**dict(GENERATION_DEFAULTS, max_len_b=12))
+    generator = build_generator("greedy", [verifier], dictionary, options, SimpleNamespace(verifier="fast"),
+                                drafter=drafter)
+    recorder = _AcceptedRecorder()
+    generator.decoder.observers.append(recorder)
+    expected, chains = ChainLength(MOST_CHAIN_STEPS), []
+    for source in ([4, 5, 6, 7], [8, 9, 10], [11, 12, 4, 5, 6], [7, 8]):
+        batch, steps = make_batch(dictionary, [source]), expected.steps()
+        recorder.accepted.clear()
+        actual = generator.generate([verifier], batch)
+        assert drafter.batch_steps == steps and recorder.accepted
+        chains.append(steps)
+        for accepted in recorder.accepted:
+            expected.observe(accepted, steps)
+        assert drafter.chain_length.keep_probabilities() == pytest.approx(expected.keep_probabilities())
+        assert_same_hypotheses(fairseq_beam_one([verifier], dictionary, batch, max_len_b=12), actual)
+    assert len(set(chains)) > 1  # the untrained head's drafts are mostly missed: its chain shortens
+    learnt, batch = expected.keep_probabilities(), make_batch(dictionary, [[4, 5, 6], [7, 8]])
+    actual = generator.generate([verifier], batch)
+    assert drafter.batch_steps == max(1, vector_kernels.WIDEST_TILE // 2 - 1)
+    assert drafter.chain_length.keep_probabilities() == pytest.approx(learnt)
+    assert_same_hypotheses(fairseq_beam_one([verifier], dictionary, batch, max_len_b=12), actual)
 
 
 class _SlotRecorder(LoopObserver):
@@ -638,9 +682,9 @@ def test_soft_targets_are_the_verifiers_distribution_at_each_slots_position(draf
 
 
 def test_a_one_slot_heads_chain_takes_its_calls_by_batch():
-    """``--draft-head-steps`` unset: on a CPU a batch drafts as many tokens as keep a pass within one tile of
-    the vector kernel beside each sentence's last token and leaves (at most ``MOST_CHAIN_STEPS``, at least one
-    and the leaves)."""
+    """``--draft-head-steps`` unset: on a CPU a sentence's chain without leaves drafts as many tokens as its
+    ``ChainLength`` says, others as many as keep a pass within one tile of the vector kernel beside each
+    sentence's last token and leaves (at least one and the leaves)."""
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=1).eval()
 
@@ -648,16 +692,17 @@ def test_a_one_slot_heads_chain_takes_its_calls_by_batch():
         drafter = DraftHeadDrafter(build_head(verifier, block_size=1).eval(), **options)
         drafter.begin({"src_tokens": torch.full((rows, 5), 7)}, 10, (torch.zeros(rows, 5, 16), None))
         return drafter.batch_steps, drafter.batch_leaves
+    learnt = ChainLength(MOST_CHAIN_STEPS).steps()  # what a sentence's chain drafts before any pass
+    assert 1 < learnt < MOST_CHAIN_STEPS and batch_steps(1, leaves=0) == (learnt, 0)
     assert batch_steps(1) == (vector_kernels.WIDEST_TILE - 2, 1) == ((4, 1) if vector_kernels.LANES == 16 else (3, 1))
+    assert batch_steps(1, leaves=2) == (max(2, vector_kernels.WIDEST_TILE - 3), 2)
     assert batch_steps(2) == (max(1, vector_kernels.WIDEST_TILE // 2 - 1), 0)
     assert batch_steps(3) == batch_steps(16) == (1, 0)
     assert batch_steps(3, leaves=2) == (2, 2)
-    assert batch_steps(1, leaves=0) == (MOST_CHAIN_STEPS, 0)
-    assert batch_steps(1, leaves=2) == (max(2, vector_kernels.WIDEST_TILE - 3), 2)
     assert batch_steps(1, steps=2) == (2, 1) and batch_steps(3, steps=2) == (2, 0)
 
 
-def test_drafting_steps_default_to_a_tile_for_a_one_slot_head_and_steps_and_trees_are_refused_where_they_cannot_apply(
+def test_drafting_steps_default_to_a_learnt_chain_and_steps_and_trees_are_refused_where_they_cannot_apply(
         monkeypatch):
     dictionary = make_dictionary(20)
     verifier = build_transformer(dictionary, seed=3, layers=1).eval()
@@ -681,7 +726,7 @@ def test_drafting_steps_default_to_a_tile_for_a_one_slot_head_and_steps_and_tree
         DraftHeadDrafter(build_head(verifier, block_size=1).eval(), draft_vocab=3, branches=4)
     with pytest.raises(ValueError, match="--draft-head-leaves 1: the head drafts among 1 words"):
         DraftHeadDrafter(build_head(verifier, block_size=1).eval(), draft_vocab=1, leaves=1)
-    for model, options in ((build_head(verifier, block_size=1), {"leaves": vector_kernels.WIDEST_TILE}),
+    for model, options in ((build_head(verifier, block_size=1), {"leaves": MOST_CHAIN_STEPS + 1}),
                            (build_head(verifier, block_size=1), {"leaves": -1}),
                            (build_head(verifier, block_size=2), {"leaves": 1}),
                            (build_head(verifier, block_size=1), {"leaves": 1, "branches": 2}),

@@ -172,10 +172,13 @@ class DecodingConfig(FairseqDataclass):
         metadata={"help": "gad with a draft_head: calls of the head per pass, each going on from the last one's last "
                   "drafted token with the head's own output features in place of the verifier's state (EAGLE's "
                   "autoregressive drafting; train such a head with --block-size 1 --state-regression-weight); "
-                  "default for a head of block size 1 drafting a chain on a CPU: as many as keep a pass's tokens "
-                  "(each sentence's last one, drafted ones and leaves) within one tile of the vector kernel, at most "
-                  "4, at least 1 (one sentence with a leaf: 4 with AVX-512, 3 with AVX2; two sentences: 2 with "
-                  "AVX-512; more: 1); for its trees or on a GPU 3; 1 with --refine or a block head"},
+                  "default for a head of block size 1 drafting a chain on a CPU: for a sentence's chain without "
+                  "runner-up leaves (gad++'s), as many (1-16) as pay for themselves given how often the verifier "
+                  "kept each position of the process's earlier chains (so gad++'s outputs may depend on the "
+                  "sentences decoded before; set N for outputs that do not); else as many as keep a pass's tokens "
+                  "(each sentence's last one, drafted ones and leaves) within one tile of the vector kernel, at "
+                  "least 1 (one sentence with a leaf: 4 with AVX-512, 3 with AVX2; two sentences: 2 with AVX-512; "
+                  "more: 1); for its trees or on a GPU 3; 1 with --refine or a block head"},
     )
     draft_head_branches: int = field(
         default=1,

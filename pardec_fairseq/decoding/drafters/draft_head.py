@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from pardec_fairseq.decoding import vector_kernels
 from pardec_fairseq.decoding.compiled_layers import CompiledLayers, DecoderInputs, Layers, compiles
 from pardec_fairseq.decoding.drafters import Drafter, draft_projection
+from pardec_fairseq.decoding.drafters.chain_length import ChainLength
 from pardec_fairseq.decoding.drafters.checkpoints import check_dictionaries
 from pardec_fairseq.decoding.drafters.compiled_head import AcceptedStates, CompiledHead
 from pardec_fairseq.decoding.drafters.refinement import Lattice
@@ -84,30 +85,30 @@ def default_steps(block_size: int, refined: bool) -> int:
     return 3 if block_size == 1 and not refined else 1
 
 
-# the most calls a one-slot head's chain takes by default: a fifth call's token was kept too seldom
-# to pay for it (Intel Xeon VM, LibreOffice, 2026-11-29: gad++ 1.52x plugin greedy against 4 calls'
-# 1.62x; exact gad with 5 calls and no leaf 1.26x against 4 calls and a leaf's 1.35x)
-MOST_CHAIN_STEPS = 4
+# the most calls a one-slot head's chain without leaves takes by default in a batch of one sentence
+# (``ChainLength``)
+MOST_CHAIN_STEPS = 16
 
 
-def chain_steps(rows: int, leaves: int, device: torch.device) -> int:
+def chain_steps(rows: int, leaves: int, device: torch.device, chain_length: ChainLength) -> int:
     """Calls per proposal of a one-slot head's chain in a batch of ``rows`` sentences with ``leaves``
-    runner-ups when ``--draft-head-steps`` is not given. On a CPU as many as keep a pass's tokens (each
-    sentence's last one, its drafted ones and leaves) within one tile of the vector kernel
-    (``WIDEST_TILE``: a pass that wide reads each weight once, a wider one pays its drafted rows in
-    arithmetic), at most ``MOST_CHAIN_STEPS`` and at least one (and the leaves): a sentence with a leaf 4
-    under AVX-512, 3 under AVX2, without one 4; two sentences 2 under AVX-512; more, one. On the Intel
-    Xeon VM (LibreOffice, the recipe's half-hour head, 2026-11-29) exact `gad` with 4 calls and a leaf
-    kept 2.60-2.63 tokens a pass against 3 calls' 2.42-2.46 at the same speed within the runs' spread
-    (1.35-1.38x plugin greedy against 1.34-1.41x, five runs); `gad++` (beta 3, tau 1) with 4 calls 2.97
-    tokens a pass against 2.68 on all 1,120 test sentences, 1.60x against 1.55x (BLEU 27.03 and 26.87,
-    greedy's 26.41); at batch 2 two calls ran 1.22x plugin greedy against 1.13x, 1.20x and 1.19x for 1, 3
-    and 4; at batch 4 one call 1.05x against 3 calls' 1.01x, at batch 16 0.93-0.98x against 0.81-0.89x (4
-    calls: 0.67x). Elsewhere (a GPU) 3."""
+    runner-ups when ``--draft-head-steps`` is not given. On a CPU a sentence's chain without leaves (as
+    `gad++`'s, whose relaxed rule takes no trees) drafts as many as ``chain_length`` learns pay for; else as
+    many as keep a pass's tokens (each sentence's last one, its drafted ones and leaves) within one tile of
+    the vector kernel (``WIDEST_TILE``: a pass that wide reads each weight once, a wider one pays its drafted
+    rows in arithmetic), at least one (and the leaves): a sentence with a leaf 4 under AVX-512, 3 under
+    AVX2; two sentences 2 under AVX-512; more, one. On the Zen 3 VM (LibreOffice, all 1,120 test sentences,
+    a head reading the verifier's first two layers, 2026-12-02) the learnt chains ran `gad++` (beta 3, tau 1)
+    1.85x plugin greedy against 4 calls' 1.62x in one run, but exact `gad`'s chains with a leaf 1.30-1.36x
+    against 3 calls' 1.36-1.40x in two; on the Intel Xeon VM (the recipe's half-hour head, 2026-11-29) at
+    batch 2 two calls ran 1.22x plugin greedy against 1.13x, 1.20x and 1.19x for 1, 3 and 4, at batch 4 one
+    call 1.05x against 3 calls' 1.01x, at batch 16 0.93-0.98x against 0.81-0.89x (4 calls: 0.67x).
+    Elsewhere (a GPU) 3."""
     if device.type != "cpu":
         return default_steps(1, False)
-    fitting = vector_kernels.WIDEST_TILE // rows - 1 - leaves
-    return max(1, leaves, min(MOST_CHAIN_STEPS, fitting))
+    if rows == 1 and leaves == 0:
+        return chain_length.steps()
+    return max(1, leaves, vector_kernels.WIDEST_TILE // rows - 1 - leaves)
 
 
 def likeliest_nodes(tokens, parents, path_log_probs, counts, nodes: int):
@@ -186,6 +187,7 @@ class DraftHeadDrafter(Drafter):
         self.auto_steps = steps is None and head.block_size == 1 and refinement is None and not self.grows_tree
         if self.auto_steps:
             self.steps = MOST_CHAIN_STEPS
+        self.chain_length = ChainLength(self.steps)
         words = draft_vocab or len(self.verifier.decoder.dictionary)  # draft_projection checks draft_vocab
         self.auto_leaves = leaves is None
         if leaves is None:
@@ -289,7 +291,11 @@ class DraftHeadDrafter(Drafter):
         self.accepted: Optional[AcceptedStates] = None  # the last pass's states, remembered by the next proposal
         self.all_slots = AmongNew(torch.ones(rows, k, k, dtype=torch.bool, device=enc.device))
         self.batch_leaves = self.leaves if not self.auto_leaves or (self.trees_allowed and rows == 1) else 0
-        self.batch_steps = chain_steps(rows, self.batch_leaves, enc.device) if self.auto_steps else self.steps
+        self.batch_steps = chain_steps(rows, self.batch_leaves, enc.device, self.chain_length) \
+            if self.auto_steps else self.steps
+        # a sentence's chain without leaves on a CPU tells the chain's length how much of it the verifier keeps
+        self.learns_chain_length = self.auto_steps and rows == 1 and not self.batch_leaves and \
+            enc.device.type == "cpu"
 
     def propose(self, state) -> Proposal:
         accepted, self.accepted = self.accepted, None
@@ -421,6 +427,8 @@ class DraftHeadDrafter(Drafter):
         """Keep the states of the tokens the pass accepted (the pass's first token and the accepted
         draft), at the row's next columns: compiled, in the next proposal's call (``AcceptedStates``; a
         tree's path gathered there), so a sentence's last pass writes nothing."""
+        if self.learns_chain_length:
+            self.chain_length.observe(verdict.accepted.numpy(), self.batch_steps)
         states = scores.hidden_states(0)
         if self.compiled_head is not None:
             self.accepted = AcceptedStates.of(states, verdict.path, state.lengths, verdict.accepted)
