@@ -6,7 +6,8 @@ acceptance rule (`gad++`'s top-beta keeps more than exact matching); a fixed def
 of them. Each pass tells, position by position, whether the verifier kept a row's drafted token given
 that it kept those before it. With ``q_i`` the share kept at position ``i``, a chain of ``s`` tokens keeps
 ``q_1 + q_1 q_2 + ... + q_1 ... q_s`` of them besides the verifier's own token, and costs a pass plus ``s``
-steps at ``STEP_COST`` of a pass each (the drafting call and the pass's extra row). The chain takes the
+steps at ``STEP_COST`` of a pass each (the drafting call and the pass's extra row): Leviathan et al.'s
+(2023) choice of the draft length, with a share per position. The chain takes the
 shortest length within ``FLAT`` of the best tokens per cost, so that where the curve is flat it drafts
 fewer tokens. Later positions are kept less often (the head feeds its own features back), so one share
 for every position would draw chains too long.
