@@ -262,16 +262,21 @@ def _activate(h, activation):
     return h
 
 
-@numba.njit(cache=True, nogil=True)
-def pass_layers(x, first, cache_rows, sees, chain, keys, values, enc_keys, enc_values, enc_padding, padded, products,
-                 biases, widths, norms, eps, heads, normalize_before, cross_attention, activation):
+@numba.njit(cache=True, nogil=True, inline="always")
+def pass_layers(x, first, cache_rows, sees, chain, cache_views, layer_weights):
     """Every decoder layer of a pass, as ``DecoderLayer.forward``: ``x`` ``[rows, n, d]`` the new tokens'
     inputs, token ``i`` of row ``r`` written at buffer column ``first[r] + i`` of ``keys[l]``/
     ``values[l]`` ``[cache rows, heads, capacity, hd]`` at cache row ``cache_rows[r]`` and attending as
-    ``_self_attend_rows`` says. Per layer ``l``: ``products[l]`` holds the packed weights of q/k/v,
+    ``_self_attend_rows`` says. ``cache_views``: ``FastCache.numpy_views()``; ``layer_weights``:
+    ``CompiledLayers.weights``, per layer ``l``: ``products[l]`` holds the packed weights of q/k/v,
     self-attention out, encoder-attention q and out, fc1 and fc2 (``biases[l]`` theirs, ``widths[l]``
     their output widths), ``norms[l]`` ``[3 (weight, bias), 3 (self, encoder, ffn), d]``, ``eps[l]``
-    their epsilons. Returns the last layer's output ``[rows, n, d]``."""
+    their epsilons. Returns the last layer's output ``[rows, n, d]``. Inlined into the compiled calls
+    that run it (the drafters'): numba compiles a function called from another one on its own too, and
+    then again inside its caller, so each drafter's signature paid for these layers twice (8 s a
+    signature on the Zen 3 VM); inlining takes the two tuples whole, as numba inlines no ``*args``."""
+    keys, values, enc_keys, enc_values, enc_padding, padded = cache_views
+    products, biases, widths, norms, eps, heads, normalize_before, cross_attention, activation = layer_weights
     rows, n, d = x.shape
     flat = x.reshape((rows * n, d))
     for layer in range(len(keys)):
@@ -394,7 +399,7 @@ class _CompiledWeights(_LayerKind):
         cache.reserve(int(first.max()) + x.shape[1])
         sees = NO_TREE if tree is None else tree.sees.numpy()
         cache_rows = np.arange(x.shape[0]) if rows is None else rows
-        return pass_layers(x, first, cache_rows, sees, tree is None, *cache.numpy_views(), *self.weights)
+        return pass_layers(x, first, cache_rows, sees, tree is None, cache.numpy_views(), self.weights)
 
 
 class CompiledPass(_CompiledWeights):

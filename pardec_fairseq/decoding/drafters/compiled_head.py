@@ -46,7 +46,7 @@ def _remember_and_draft(accepted_states, path, accepted_first, accepted, outputs
     return tokens, counts, parents, tree_parents, depth, tree_sees
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, output, column_words, first, steps,
            leaves, sees, cache_views, layer_weights, memory, reader):
     """Each row's drafted tokens and their counts ``[rows]``: ``steps`` calls of the head, each drafting the
@@ -61,7 +61,9 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
     state). ``fuse``/``output``: packed products ``(panels, bias, columns)``, ``column_words`` the word of
     each of ``output``'s columns; ``final_norm``: ``(weight, bias, eps)``; ``memory`` as
     ``write_keys_values``'s products. Returns the tokens, counts and parents' pass positions (none for a
-    chain)."""
+    chain). Inlined into ``_remember_and_draft``, as is ``_read_tokens`` here: compiled on their own as
+    well, they made each signature of the drafting call compile in 36 s rather than 17 (Zen 3 VM; the
+    test suite compiles eight)."""
     rows = outputs.shape[0]
     k, d = slot_embedding.shape
     width = embeddings.shape[1]
@@ -80,13 +82,13 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
             for r in range(rows):
                 inputs[r, :width] = embeddings[outputs[r, first[r]] if step == 0 else drafted[r, step * k - 1]]
         else:
-            _read_tokens(inputs, outputs, drafted, first, step, k, *reader)
+            _read_tokens(inputs, outputs, drafted, first, step, k, reader)
         fused = vector_kernels.product(inputs, *fuse)
         x = np.empty((rows, k, d), dtype=np.float32)
         for r in range(rows):
             for i in range(k):
                 x[r, i] = fused[r] + slot_embedding[i]
-        x = pass_layers(x, first, np.arange(rows), sees, False, *cache_views, *layer_weights)
+        x = pass_layers(x, first, np.arange(rows), sees, False, cache_views, layer_weights)
         features = norm_rows(x.reshape((rows * k, d)), *final_norm)
         logits = vector_kernels.product(features, *output)
         for j in range(rows * k):
@@ -110,13 +112,15 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
     return drafted, np.full(rows, steps * k, dtype=np.int64), np.empty((rows, 0), dtype=np.int64)
 
 
-@numba.njit(cache=True, nogil=True)
-def _read_tokens(inputs, outputs, drafted, first, step, k, decoder_inputs, cache_views, layer_weights):
-    """Into ``inputs[r, :d]``: the output of the verifier's first layers (``layer_weights`` over its cache
-    ``cache_views``) at each row's token that a call reads next, running them over the tokens not run yet: at
-    ``step`` 0 the row's last token ``outputs[r, first[r]]``, later the ``k`` tokens the last call drafted, at
-    columns ``first[r] - k + 1 .. first[r]``. Their keys and values go to columns the verifier's next pass
-    writes over before reading them, as ``self_draft``'s do."""
+@numba.njit(cache=True, nogil=True, inline="always")
+def _read_tokens(inputs, outputs, drafted, first, step, k, reader):
+    """Into ``inputs[r, :d]``: the output of the verifier's first layers (``reader``:
+    ``VerifierInputLayers.operands``, their ``layer_weights`` over the verifier's cache ``cache_views``) at
+    each row's token that a call reads next, running them over the tokens not run yet: at ``step`` 0 the
+    row's last token ``outputs[r, first[r]]``, later the ``k`` tokens the last call drafted, at columns
+    ``first[r] - k + 1 .. first[r]``. Their keys and values go to columns the verifier's next pass writes
+    over before reading them, as ``self_draft``'s do."""
+    decoder_inputs, cache_views, layer_weights = reader
     rows = first.shape[0]
     m = 1 if step == 0 else k
     tokens = np.empty(rows * m, dtype=np.int64)
@@ -126,8 +130,8 @@ def _read_tokens(inputs, outputs, drafted, first, step, k, decoder_inputs, cache
             tokens[r * m + j] = outputs[r, first[r]] if step == 0 else drafted[r, (step - 1) * k + j]
             columns[r * m + j] = first[r] - m + 1 + j
     x = embed_rows(tokens, columns, *decoder_inputs)
-    x = pass_layers(x.reshape((rows, m, x.shape[1])), first - m + 1, np.arange(rows), NO_TREE, True, *cache_views,
-                    *layer_weights)
+    x = pass_layers(x.reshape((rows, m, x.shape[1])), first - m + 1, np.arange(rows), NO_TREE, True, cache_views,
+                    layer_weights)
     for r in range(rows):
         inputs[r, :x.shape[2]] = x[r, m - 1]
 
@@ -225,7 +229,7 @@ def _draft_tree(tokens, last_states, embeddings, fuse, slot_embedding, final_nor
         for r in range(rows):
             for i in range(n):
                 x[r, i] = fused[r * n + i] + slot_embedding[0]
-        x = pass_layers(x, columns, np.arange(rows), sees, False, *cache_views, *layer_weights)
+        x = pass_layers(x, columns, np.arange(rows), sees, False, cache_views, layer_weights)
         out = norm_rows(x.reshape((rows * n, d)), *final_norm)
         logits = vector_kernels.product(out, *output)
         for r in range(rows):

@@ -103,8 +103,8 @@ def _draft_chain(tokens, lengths, steps, eos, pad, inputs, final_norm, normalize
             r = live[i]
             current[i] = tokens[r, lengths[r]] if step == 0 else drafted[r, step - 1]
         x = embed_rows(current, first[live], *inputs)
-        x = pass_layers(x.reshape((n, 1, d)), first[live], live, NO_TREE, True, *cache_views,
-                        *layer_weights).reshape((n, d))
+        x = pass_layers(x.reshape((n, 1, d)), first[live], live, NO_TREE, True, cache_views,
+                        layer_weights).reshape((n, d))
         if normalize_output:
             x = norm_rows(x, *final_norm)
         logits = vector_kernels.product(x, *output)
