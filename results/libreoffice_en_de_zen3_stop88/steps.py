@@ -85,21 +85,27 @@ def step_timed(outputs, last_states, fuse, slot_embedding, final_norm, output, f
         ch._best_words(logits[0], best_two, best_two_scores)
         c1 = cycles(); t[21] += c1 - c; t[22] += c1 - c0
 
-a = captured_call()
-(_, _, _, _, outputs, last_states, embeddings, fuse, slot_embedding, final_norm, output, column_words, first, steps,
- leaves, sees, cache_views, layer_weights, memory, reader) = a
-t = np.zeros(23, dtype=np.int64)
-step_timed(outputs, last_states, fuse, slot_embedding, final_norm, output, first, sees, cache_views, layer_weights, reader, t, 10)
-t[:] = 0
-reps = 20000
-b = time.perf_counter()
-step_timed(outputs, last_states, fuse, slot_embedding, final_norm, output, first, sees, cache_views, layer_weights, reader, t, reps)
-wall = (time.perf_counter() - b) / reps * 1e6
-ghz = t[22] / reps / wall / 1e3
-names = ["embed"] + [f"reader {p}" for p in ("norm", "qkv", "self attend", "self out", "norm+enc q", "cross attend", "enc out", "norm+fc1+act", "fc2")] + \
-        ["fuse+slots"] + [f"head {p}" for p in ("norm", "qkv", "self attend", "self out", "norm+enc q", "cross attend", "enc out", "norm+fc1+act", "fc2")] + \
-        ["final norm+projection", "best two", "step total"]
-print(f"a hot step: {wall:.1f} us ({ghz:.2f} GHz counter)")
-for name, v in zip(names, t):
-    print(f"  {name:24s} {v / reps / ghz / 1e3:6.2f} us")
-print("output columns", output[2], "reader widths", reader[2][2][0], "head widths", layer_weights[2][0])
+
+def main():
+    a = captured_call()
+    (_, _, _, _, outputs, last_states, embeddings, fuse, slot_embedding, final_norm, output, column_words, first, steps,
+     leaves, sees, cache_views, layer_weights, memory, reader) = a
+    t = np.zeros(23, dtype=np.int64)
+    step_timed(outputs, last_states, fuse, slot_embedding, final_norm, output, first, sees, cache_views, layer_weights, reader, t, 10)
+    t[:] = 0
+    reps = 20000
+    b = time.perf_counter()
+    step_timed(outputs, last_states, fuse, slot_embedding, final_norm, output, first, sees, cache_views, layer_weights, reader, t, reps)
+    wall = (time.perf_counter() - b) / reps * 1e6
+    ghz = t[22] / reps / wall / 1e3
+    names = ["embed"] + [f"reader {p}" for p in ("norm", "qkv", "self attend", "self out", "norm+enc q", "cross attend", "enc out", "norm+fc1+act", "fc2")] + \
+            ["fuse+slots"] + [f"head {p}" for p in ("norm", "qkv", "self attend", "self out", "norm+enc q", "cross attend", "enc out", "norm+fc1+act", "fc2")] + \
+            ["final norm+projection", "best two", "step total"]
+    print(f"a hot step: {wall:.1f} us ({ghz:.2f} GHz counter)")
+    for name, v in zip(names, t):
+        print(f"  {name:24s} {v / reps / ghz / 1e3:6.2f} us")
+    print("output columns", output[2], "reader widths", reader[2][2][0], "head widths", layer_weights[2][0])
+
+
+if __name__ == "__main__":
+    main()
