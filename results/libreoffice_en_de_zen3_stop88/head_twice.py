@@ -9,10 +9,9 @@ import sys
 import time
 
 import numba
-import torch
-
-sys.path.insert(0, "results/libreoffice_en_de_zen3_stop86")
+sys.path[:0] = ["results/libreoffice_en_de_zen3_stop86", "results/libreoffice_en_de_zen3_stop88"]
 from headcall import GAD, setup
+from twice import decode_in_turns
 from pardec_fairseq.decoding.drafters import compiled_head
 
 
@@ -38,15 +37,7 @@ def main(sentences):
         times["call again"].append(time.perf_counter() - middle)
         return out
     compiled_head._remember_and_draft = twice
-    with torch.no_grad():
-        for batch in batches[:5]:
-            for run in runs:
-                run.generator.generate(models, batch)
-        times.clear()
-        for round_ in range(2):
-            for batch in batches:
-                for run in (runs if round_ % 2 == 0 else runs[::-1]):
-                    run.generator.generate(models, batch)
+    decode_in_turns(runs, models, batches, times)
     for name, seconds in times.items():
         print(f"{name:20s} n={len(seconds):5d} median {statistics.median(seconds) * 1e6:6.1f} us")
 

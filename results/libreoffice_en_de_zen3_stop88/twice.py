@@ -15,6 +15,22 @@ from headcall import GAD, setup
 from pardec_fairseq.decoding import compiled_layers
 
 
+def decode_in_turns(runs, models, batches, times, current=None):
+    """Warm every run on the first 5 batches, empty ``times``, then decode every batch with each run in turn,
+    twice, the runs' order reversed the second time; ``current[0]`` names the run decoding."""
+    with torch.no_grad():
+        for batch in batches[:5]:
+            for run in runs:
+                run.generator.generate(models, batch)
+        times.clear()
+        for round_ in range(2):
+            for batch in batches:
+                for run in (runs if round_ % 2 == 0 else runs[::-1]):
+                    if current is not None:
+                        current[0] = run.name[:6]
+                    run.generator.generate(models, batch)
+
+
 def main(sentences):
     runs, models, batches = setup(sentences, ["greedy", GAD])
     current, times = [None], collections.defaultdict(list)
@@ -29,16 +45,7 @@ def main(sentences):
         times[current[0], "again"].append(time.perf_counter() - middle)
         return out
     compiled_layers.pass_layers = twice
-    with torch.no_grad():
-        for batch in batches[:5]:
-            for run in runs:
-                run.generator.generate(models, batch)
-        times.clear()
-        for round_ in range(2):
-            for batch in batches:
-                for run in (runs if round_ % 2 == 0 else runs[::-1]):
-                    current[0] = run.name[:6]
-                    run.generator.generate(models, batch)
+    decode_in_turns(runs, models, batches, times, current)
     for key in sorted(times, key=str):
         print(f"{key[0]:6s} {key[1]:6s} n={len(times[key]):5d} median {statistics.median(times[key]) * 1e6:6.1f} us")
 
