@@ -9,6 +9,7 @@ import sys
 import time
 
 import numba
+
 sys.path[:0] = ["results/libreoffice_en_de_zen3_stop86", "results/libreoffice_en_de_zen3_stop88"]
 from headcall import GAD, setup
 from twice import decode_in_turns
