@@ -29,7 +29,6 @@ def draft(self, cache, outputs, last_states, lengths, sees, steps=1, leaves=0, a
     return r
 ch.CompiledHead.draft = draft
 runs, models, batches = setup(100, [GAD])
-# the empty-args dispatch cost of the same argument list, in the loop
 with torch.no_grad():
     for _ in range(2):
         for batch in batches:
