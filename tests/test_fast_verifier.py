@@ -20,7 +20,7 @@ from pardec_fairseq.decoding import DecodingConfig, build_generator, compiled_la
 from pardec_fairseq.decoding.compiled_layers import CompiledPass
 from pardec_fairseq.decoding.fairseq_verifier import FairseqVerifier
 from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
-from pardec_fairseq.decoding.fast_layers import encoder_keys_values
+from pardec_fairseq.decoding.fast_layers import EncoderKeysValues
 from pardec_fairseq.decoding.fast_verifier import FastDecoder, FastVerifier
 from pardec_fairseq.decoding.options import DecodingOptions
 from pardec_fairseq.decoding.proposals import DraftTree, Proposal
@@ -307,7 +307,7 @@ def test_the_encoder_keys_and_values_of_all_layers_in_one_call_equal_each_layers
     enc = torch.randn(rows, src, 128, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         decoder_layers = FastDecoder(model.decoder).layers
-        keys, values = encoder_keys_values(decoder_layers, enc)
+        keys, values = EncoderKeysValues(decoder_layers)(enc)
         for layer, layer_keys, layer_values in zip(decoder_layers, keys, values):
             expected_keys, expected_values = layer.encoder_keys_values(enc)
             assert torch.equal(layer_keys, expected_keys) and torch.equal(layer_values, expected_values)

@@ -265,63 +265,81 @@ def _activate(h, activation):
 @numba.njit(cache=True, nogil=True, inline="always")
 def pass_layers(x, first, cache_rows, sees, chain, cache_views, layer_weights):
     """Every decoder layer of a pass, as ``DecoderLayer.forward``: ``x`` ``[rows, n, d]`` the new tokens'
-    inputs, token ``i`` of row ``r`` written at buffer column ``first[r] + i`` of ``keys[l]``/
-    ``values[l]`` ``[cache rows, heads, capacity, hd]`` at cache row ``cache_rows[r]`` and attending as
-    ``_self_attend_rows`` says. ``cache_views``: ``FastCache.numpy_views()``; ``layer_weights``:
-    ``CompiledLayers.weights``, per layer ``l``: ``products[l]`` holds the packed weights of q/k/v,
-    self-attention out, encoder-attention q and out, fc1 and fc2 (``biases[l]`` theirs, ``widths[l]``
-    their output widths), ``norms[l]`` ``[3 (weight, bias), 3 (self, encoder, ffn), d]``, ``eps[l]``
-    their epsilons. Returns the last layer's output ``[rows, n, d]``. Inlined into the compiled calls
-    that run it (the drafters'): numba compiles a function called from another one on its own too, and
-    then again inside its caller, so each drafter's signature paid for these layers twice (8 s a
-    signature on the Zen 3 VM); inlining takes the two tuples whole, as numba inlines no ``*args``."""
-    keys, values, enc_keys, enc_values, enc_padding, padded = cache_views
+    inputs, token ``i`` of row ``r`` written at buffer column ``first[r] + i`` of layer ``l``'s keys and
+    values (``buffers[l, 0]``/``buffers[l, 1]``, ``[cache rows, heads, capacity, hd]``) at cache row
+    ``cache_rows[r]`` and attending as ``_self_attend_rows`` says. ``cache_views``:
+    ``FastCache.numpy_views()``, whose layers may outnumber the weights' (a drafter reading the verifier's
+    first layers runs those alone); ``layer_weights``: ``CompiledLayers.weights``, the layers stacked:
+    ``products[j][l]`` the packed weight of layer ``l``'s q/k/v, self-attention out, encoder-attention q
+    and out, fc1 and fc2 (``biases[j][l]`` its bias, ``widths[l, j]`` its output width), ``norms[l]``
+    ``[3 (weight, bias), 3 (self, encoder, ffn), d]``, ``eps[l]`` their epsilons. Returns the last layer's
+    output ``[rows, n, d]``. Inlined into the compiled calls that run it (the drafters'): numba compiles a
+    function called from another one on its own too, and then again inside its caller, so each drafter's
+    signature paid for these layers twice (8 s a signature on the Zen 3 VM); inlining takes the two tuples
+    whole, as numba inlines no ``*args``."""
+    buffers, enc_keys, enc_values, enc_padding, padded = cache_views
     products, biases, widths, norms, eps, heads, normalize_before, cross_attention, activation = layer_weights
     rows, n, d = x.shape
     flat = x.reshape((rows * n, d))
-    for layer in range(len(keys)):
-        w, b, width, norm, epsilon = products[layer], biases[layer], widths[layer], norms[layer], eps[layer]
+    for layer in range(widths.shape[0]):
+        width, norm, epsilon = widths[layer], norms[layer], eps[layer]
         h = norm_rows(flat, norm[0, 0], norm[1, 0], epsilon[0]) if normalize_before else flat
-        qkv = vector_kernels.product(h, w[0], b[0], width[0]).reshape((rows, n, width[0]))
-        attended = _self_attend_rows(qkv, keys[layer], values[layer], first, cache_rows, sees, chain, heads)
-        flat = flat + vector_kernels.product(attended.reshape((rows * n, d)), w[1], b[1], width[1])
+        qkv = vector_kernels.product(h, products[0][layer], biases[0][layer], width[0]).reshape((rows, n, width[0]))
+        attended = _self_attend_rows(qkv, buffers[layer, 0], buffers[layer, 1], first, cache_rows, sees, chain, heads)
+        flat = flat + vector_kernels.product(attended.reshape((rows * n, d)), products[1][layer], biases[1][layer],
+                                             width[1])
         if not normalize_before:
             flat = norm_rows(flat, norm[0, 0], norm[1, 0], epsilon[0])
         if cross_attention:
             h = norm_rows(flat, norm[0, 1], norm[1, 1], epsilon[1]) if normalize_before else flat
-            q = vector_kernels.product(h, w[2], b[2], width[2]).reshape((rows, n, d))
+            q = vector_kernels.product(h, products[2][layer], biases[2][layer], width[2]).reshape((rows, n, d))
             attended = _cross_attend_rows(q, enc_keys[layer], enc_values[layer], enc_padding, padded, cache_rows, heads)
-            flat = flat + vector_kernels.product(attended.reshape((rows * n, d)), w[3], b[3], width[3])
+            flat = flat + vector_kernels.product(attended.reshape((rows * n, d)), products[3][layer],
+                                                 biases[3][layer], width[3])
             if not normalize_before:
                 flat = norm_rows(flat, norm[0, 1], norm[1, 1], epsilon[1])
         h = norm_rows(flat, norm[0, 2], norm[1, 2], epsilon[2]) if normalize_before else flat
-        inner = vector_kernels.product(h, w[4], b[4], width[4])
+        inner = vector_kernels.product(h, products[4][layer], biases[4][layer], width[4])
         _activate(inner.reshape(-1), activation)
-        flat = flat + vector_kernels.product(inner, w[5], b[5], width[5])
+        flat = flat + vector_kernels.product(inner, products[5][layer], biases[5][layer], width[5])
         if not normalize_before:
             flat = norm_rows(flat, norm[0, 2], norm[1, 2], epsilon[2])
     return flat.reshape((rows, n, d))
 
 
 @numba.njit(cache=True, nogil=True)
-def write_keys_values(states, first, products, keys, values):
-    """Each layer's keys and values of ``states`` ``[rows, m, d]`` (``products[l]``: the packed product
-    ``(panels, bias, columns)``, keys then values side by side), written at columns ``first[r] + j`` of
-    ``keys[l]``/``values[l]`` ``[rows, heads, capacity, hd]``, the layout attention reads; ``states``
-    C-contiguous."""
+def write_keys_values(states, first, products, buffers):
+    """Each layer's keys and values of ``states`` ``[rows, m, d]`` (``products``: ``stacked_products``' of
+    the layers' packed products, keys then values side by side), written at columns ``first[r] + j`` of
+    ``buffers[l, 0]``/``buffers[l, 1]`` (``[layers, 2, rows, heads, capacity, hd]``), the layout attention
+    reads; ``states`` C-contiguous."""
+    panels, biases, columns = products
     rows, m, d = states.shape
     flat = states.reshape((rows * m, d))
-    for layer in range(len(keys)):
-        heads, head_dim = keys[layer].shape[1], keys[layer].shape[3]
-        width = heads * head_dim
-        keys_values = vector_kernels.product(flat, *products[layer])
+    heads, head_dim = buffers.shape[3], buffers.shape[5]
+    width = heads * head_dim
+    for layer in range(panels.shape[0]):
+        keys_values = vector_kernels.product(flat, panels[layer], biases[layer], columns)
+        keys, values = buffers[layer, 0], buffers[layer, 1]
         for r in range(rows):
             for j in range(m):
                 column = first[r] + j
                 for h in range(heads):
                     for c in range(head_dim):
-                        keys[layer][r, h, column, c] = keys_values[r * m + j, h * head_dim + c]
-                        values[layer][r, h, column, c] = keys_values[r * m + j, width + h * head_dim + c]
+                        keys[r, h, column, c] = keys_values[r * m + j, h * head_dim + c]
+                        values[r, h, column, c] = keys_values[r * m + j, width + h * head_dim + c]
+
+
+def stacked_products(products) -> tuple:
+    """The packed products of alike layers (one per layer, ``Product``s or placeholders) as one operand of the
+    compiled calls: ``(panels [layers, ...], biases [layers, ...], columns)``. One array over the layers
+    rather than a tuple of them, so that a compiled call's signature does not depend on how many layers a
+    model has (numba compiled each drafter once per layer count, 10-20 s a signature on the Zen 3 VM). Each
+    product then reads its layer's part of the stacked arrays, so the weights are not held twice."""
+    panels, biases = np.stack([p.panels for p in products]), np.stack([p.panel_bias for p in products])
+    for layer, product in enumerate(products):
+        product.panels, product.panel_bias = panels[layer], biases[layer]
+    return panels, biases, products[0].columns
 
 
 def compiles(decoder) -> bool:
@@ -373,24 +391,26 @@ class _CompiledWeights(_LayerKind):
     def __init__(self, decoder):
         layers = decoder.layers
         super().__init__(layers[0])
-        products, biases, widths, norms, eps = [], [], [], [], []
+        parts, widths, norms, eps = [], [], [], []
         for layer in layers:
-            parts = [layer.qkv, layer.self_out] + ([layer.enc_q, layer.enc_out] if self.cross_attention else []) \
+            products = [layer.qkv, layer.self_out] + ([layer.enc_q, layer.enc_out] if self.cross_attention else []) \
                 + [layer.fc1, layer.fc2]
             layer_norms = [layer.self_norm.module, layer.enc_norm.module if self.cross_attention else None,
                            layer.ffn_norm.module]
             if not self.cross_attention:  # type-stable placeholders the kernel never reads
-                placeholder = _Placeholder(parts[0].panels.dtype)
-                parts = parts[:2] + [placeholder, placeholder] + parts[2:]
-            products.append(tuple(part.panels for part in parts))
-            biases.append(tuple(part.panel_bias for part in parts))
-            widths.append(np.array([part.columns for part in parts], dtype=np.int64))
+                placeholder = _Placeholder(products[0].panels.dtype)
+                products = products[:2] + [placeholder, placeholder] + products[2:]
+            parts.append(products)
+            widths.append([product.columns for product in products])
             # without encoder attention the self-attention's norm stands in for the absent one, unread
             arrays = [norm_arrays(module or layer.self_norm.module) for module in layer_norms]
             norms.append(np.stack([np.stack([a[0] for a in arrays]), np.stack([a[1] for a in arrays])]))
             eps.append(np.array([a[2] for a in arrays], dtype=np.float32))
-        self.weights = (tuple(products), tuple(biases), tuple(widths), tuple(norms), tuple(eps), self.heads,
-                        self.normalize_before, self.cross_attention, self.activation)
+        # per product: its layers' weights stacked (``stacked_products``)
+        stacked = [stacked_products([products[j] for products in parts]) for j in range(len(parts[0]))]
+        self.weights = (tuple(s[0] for s in stacked), tuple(s[1] for s in stacked), np.array(widths, dtype=np.int64),
+                        np.stack(norms), np.stack(eps), self.heads, self.normalize_before, self.cross_attention,
+                        self.activation)
 
     def layers(self, cache, x: np.ndarray, first: np.ndarray, tree, rows: Optional[np.ndarray] = None) -> np.ndarray:
         """``x`` ``[rows, n, d]``: the new tokens' inputs of the cache's ``rows`` (``None``: all);

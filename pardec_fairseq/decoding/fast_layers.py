@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pardec_fairseq.decoding.compiled_layers import CompiledLayers, write_keys_values
+from pardec_fairseq.decoding.compiled_layers import CompiledLayers, stacked_products, write_keys_values
 from pardec_fairseq.decoding.fast_ops import Norm, Product, attend
 from pardec_fairseq.decoding.proposals import DraftTree
 
@@ -85,22 +85,27 @@ class DecoderLayer:
         return self.ffn_norm.post(residual + h)
 
 
-def encoder_keys_values(layers: List[DecoderLayer], enc: Tensor) -> Tuple[List[Tensor], List[Tensor]]:
-    """Each layer's encoder-attention keys and values ``[rows, heads, src, head_dim]`` of the encoder
-    states ``enc`` ``[rows, src, d]``; on the vector kernel in one compiled call (three torch operations
-    a layer around its product took 0.05 ms a layer on the Zen 3 VM), where ``Product`` would run each
-    layer's on the kernel too."""
-    rows, src = enc.shape[:2]
-    alike = all(layer.enc_kv.on_kernel and layer.enc_kv.panels.dtype == layers[0].enc_kv.panels.dtype
-                for layer in layers)
-    if alike and rows * src <= Product.KERNEL_ROWS:
-        keys, values = ([enc.new_empty(rows, layer.heads, src, layer.head_dim) for layer in layers] for _ in range(2))
-        write_keys_values(enc.contiguous().numpy(), np.zeros(rows, dtype=np.int64),
-                          tuple(layer.enc_kv.operands for layer in layers), tuple(k.numpy() for k in keys),
-                          tuple(v.numpy() for v in values))
-        return keys, values
-    keys, values = zip(*(layer.encoder_keys_values(enc) for layer in layers))
-    return list(keys), list(values)
+class EncoderKeysValues:
+    """Each layer's encoder-attention keys and values ``[rows, heads, src, head_dim]`` of encoder states
+    ``enc`` ``[rows, src, d]``; on the vector kernel in one compiled call (three torch operations a layer
+    around its product took 0.05 ms a layer on the Zen 3 VM), where ``Product`` would run each layer's on
+    the kernel too, the layers' products stacked once (``stacked_products``)."""
+
+    def __init__(self, layers: List[DecoderLayer]):
+        self.layers = layers
+        alike = all(layer.enc_kv.on_kernel and layer.enc_kv.panels.dtype == layers[0].enc_kv.panels.dtype
+                    for layer in layers)
+        self.stacked = stacked_products([layer.enc_kv for layer in layers]) if alike and layers else None
+
+    def __call__(self, enc: Tensor) -> Tuple[List[Tensor], List[Tensor]]:
+        rows, src = enc.shape[:2]
+        if self.stacked is not None and rows * src <= Product.KERNEL_ROWS:
+            first = self.layers[0]
+            buffers = enc.new_empty(len(self.layers), 2, rows, first.heads, src, first.head_dim)
+            write_keys_values(enc.contiguous().numpy(), np.zeros(rows, dtype=np.int64), self.stacked, buffers.numpy())
+            return [part[0] for part in buffers], [part[1] for part in buffers]
+        keys, values = zip(*(layer.encoder_keys_values(enc) for layer in self.layers))
+        return list(keys), list(values)
 
 
 @dataclass
@@ -177,18 +182,16 @@ class FastCache:
     views: Optional[tuple] = None
 
     def numpy_views(self):
-        """The buffers as numpy, per layer: ``(keys, values, encoder keys, encoder values)`` (tuples
-        over layers; empty arrays without encoder attention), the source padding ``[rows, src]`` and
-        whether any is padded."""
+        """The buffers as the compiled layers read them: ``(buffers, encoder keys, encoder values)``, the
+        buffers' numpy view ``[layers, 2, rows, heads, capacity, head_dim]`` and the encoder's keys and values
+        stacked ``[layers, rows, heads, src, head_dim]`` (empty without encoder attention), then the source
+        padding ``[rows, src]`` and whether any is padded. Arrays over the layers, not tuples of them, so
+        that a compiled call's signature does not depend on how many layers a model has: numba compiled
+        each drafter once per layer count (a drafting call's signature takes 10-20 s to compile)."""
         if self.views is None:
-            layers = range(self.buffers.size(0))
-            empty = np.zeros((0, 0, 0, 0), dtype=np.float32)
-            enc_keys = tuple(empty if k is None else k.numpy() for k in self.enc_keys)
-            enc_values = tuple(empty if v is None else v.numpy() for v in self.enc_values)
             padded = self.enc_mask is not None
             padding = self.enc_mask[:, 0, 0].numpy() if padded else np.zeros((0, 0), dtype=np.bool_)
-            self.views = (tuple(self.buffers[i, 0].numpy() for i in layers),
-                          tuple(self.buffers[i, 1].numpy() for i in layers), enc_keys, enc_values, padding, padded)
+            self.views = (self.buffers.numpy(), _stacked(self.enc_keys), _stacked(self.enc_values), padding, padded)
         return self.views
 
     def reserve(self, columns: int):
@@ -233,6 +236,13 @@ class FastCache:
             self.enc_mask, self.enc_padding = self.enc_mask[rows], self.enc_padding[rows]
         if self.enc is not None:
             self.enc = self.enc[rows]
+
+
+def _stacked(per_layer: List[Optional[Tensor]]) -> np.ndarray:
+    """Per-layer encoder keys or values ``[rows, heads, src, head_dim]`` as one numpy array (empty for none)."""
+    if any(part is None for part in per_layer):
+        return np.zeros((0, 0, 0, 0, 0), dtype=np.float32)
+    return np.stack([part.numpy() for part in per_layer])
 
 
 @numba.njit(cache=True, nogil=True)

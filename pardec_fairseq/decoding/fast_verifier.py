@@ -28,7 +28,7 @@ from torch import Tensor
 from pardec_fairseq.decoding import vector_kernels
 from pardec_fairseq.decoding.compiled_layers import CompiledPass, compiles
 from pardec_fairseq.decoding.fast_encoder import FastEncoder, fast_encoder_obstacle
-from pardec_fairseq.decoding.fast_layers import DecoderLayer, FastCache, encoder_keys_values, run_layers
+from pardec_fairseq.decoding.fast_layers import DecoderLayer, EncoderKeysValues, FastCache, run_layers
 from pardec_fairseq.decoding.fast_ops import Product, layer_norm
 from pardec_fairseq.decoding.proposals import DraftTree
 from pardec_fairseq.decoding.verifier import Verifier, VerifierScores, embed_positions, plain_log_softmax
@@ -86,15 +86,16 @@ class FastDecoder:
         if not self.own_output_layer:
             self.output = Product.of(decoder.output_projection)
         self.compiled = CompiledPass(self) if compiles(self) else None
+        self.attending = [i for i, layer in enumerate(self.layers) if layer.encoder_attention]
+        self.encoder_keys_values = EncoderKeysValues([self.layers[i] for i in self.attending])
 
     def start(self, enc: Optional[Tensor], enc_padding: Optional[Tensor], rows: int, capacity: int) -> "FastCache":
         """An empty cache over the encoder states ``enc`` ``[rows, src, d]`` (``None`` without an
         encoder) and their padding ``[rows, src]`` (``None`` without any)."""
         enc_keys, enc_values = [None] * len(self.layers), [None] * len(self.layers)
-        attending = [i for i, layer in enumerate(self.layers) if layer.encoder_attention]
-        if enc is not None and attending:
-            keys, values = encoder_keys_values([self.layers[i] for i in attending], enc)
-            for i, layer_keys, layer_values in zip(attending, keys, values):
+        if enc is not None and self.attending:
+            keys, values = self.encoder_keys_values(enc)
+            for i, layer_keys, layer_values in zip(self.attending, keys, values):
                 enc_keys[i], enc_values[i] = layer_keys, layer_values
         enc_mask = None if enc_padding is None else enc_padding.view(rows, 1, 1, -1)
         # the compiled layers read no column before a pass wrote it, so their buffers need no zeroing

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from pardec_fairseq.decoding import vector_kernels
 from pardec_fairseq.decoding.compiled_layers import (NO_TREE, CompiledLayers, embed_rows, log_sum_exp, norm_rows,
-                                                     pass_layers, top_words, write_keys_values)
+                                                     pass_layers, stacked_products, top_words, write_keys_values)
 from pardec_fairseq.decoding.drafters.shortlist import ShortlistProjection
 from pardec_fairseq.decoding.proposals import DraftTree, tree_shape
 
@@ -33,8 +33,7 @@ def _remember_and_draft(accepted_states, path, accepted_first, accepted, outputs
     (none: a batch's first proposal), then ``_draft``; with leaves also the tree's shape
     (``proposals.tree_shape``)."""
     if accepted_states.shape[0] > 0:
-        _remember_accepted(accepted_states, path, accepted_first, accepted, last_states, memory, cache_views[0],
-                           cache_views[1])
+        _remember_accepted(accepted_states, path, accepted_first, accepted, last_states, memory, cache_views[0])
     tokens, counts, parents = _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, output,
                                      column_words, first, steps, leaves, sees, cache_views, layer_weights, memory,
                                      reader)
@@ -102,7 +101,7 @@ def _draft(outputs, last_states, embeddings, fuse, slot_embedding, final_norm, o
             else:
                 drafted[j // k, step * k + j % k] = column_words[np.argmax(logits[j])]
         if step + 1 < steps:
-            write_keys_values(features.reshape((rows, k, d)), first, memory, cache_views[0], cache_views[1])
+            write_keys_values(features.reshape((rows, k, d)), first, memory, cache_views[0])
             for r in range(rows):
                 inputs[r, width:] = features[r * k + k - 1]
                 first[r] += k
@@ -261,7 +260,7 @@ def _draft_tree(tokens, last_states, embeddings, fuse, slot_embedding, final_nor
                 counts[r] += 1
                 level_count[r] += 1
         if step + 1 < steps:
-            write_keys_values(out.reshape((rows, n, d)), columns, memory, cache_views[0], cache_views[1])
+            write_keys_values(out.reshape((rows, n, d)), columns, memory, cache_views[0])
     return drafted, parents, path_log_probs[:, 1:], counts
 
 
@@ -288,7 +287,7 @@ def _likeliest_nodes(tokens, parents, path_log_probs, counts, nodes):
 
 
 @numba.njit(cache=True, nogil=True)
-def _remember_accepted(states, path, first, accepted, last_states, memory, keys, values):
+def _remember_accepted(states, path, first, accepted, last_states, memory, buffers):
     """``write_keys_values`` of a pass's states ``[rows, n, d]`` (a tree's: those at each row's path's pass
     positions ``path`` ``[rows, m]``; an empty ``path``: every position, a chain's), and each row's state
     of its last accepted position (``accepted[r]``) into ``last_states`` ``[rows, d]``."""
@@ -299,7 +298,7 @@ def _remember_accepted(states, path, first, accepted, last_states, memory, keys,
             for j in range(m):
                 kept[r, j] = states[r, path[r, j]]
         states = kept
-    write_keys_values(states, first, memory, keys, values)
+    write_keys_values(states, first, memory, buffers)
     for r in range(states.shape[0]):
         last_states[r] = states[r, accepted[r]]
 
@@ -321,7 +320,7 @@ class CompiledHead:
         self.slot_embedding = slot_embedding.detach().numpy()
         self.final_norm = (final_norm.weight.detach().numpy(), final_norm.bias.detach().numpy(),
                            np.float32(final_norm.eps))
-        self.memory = tuple(product.operands for product in memory)
+        self.memory = stacked_products(memory)
 
     def draft(self, cache, outputs: Tensor, last_states: Tensor, lengths: Tensor, sees: Tensor,
               steps: int = 1, leaves: int = 0, accepted: Optional["AcceptedStates"] = None, verifier_cache=None):
@@ -370,8 +369,7 @@ class CompiledHead:
         """Write the keys and values of the last pass's accepted states (``AcceptedStates``) and each row's
         state at its last accepted position into ``last_states`` ``[rows, d]``."""
         cache.reserve(accepted.reach())
-        keys, values = cache.numpy_views()[:2]
-        _remember_accepted(*accepted.operands(), last_states.numpy(), self.memory, keys, values)
+        _remember_accepted(*accepted.operands(), last_states.numpy(), self.memory, cache.numpy_views()[0])
 
 
 @dataclass

@@ -32,7 +32,7 @@ from pardec_fairseq.decoding.drafters.refinement import Lattice
 from pardec_fairseq.decoding.drafters.self_draft import fast_cache_of, self_draft_obstacle
 from pardec_fairseq.decoding.drafters.shortlist import LexicalShortlist, ShortlistProjection, nothing_to_add
 from pardec_fairseq.decoding.fast_ops import Norm, Product
-from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, FastCache, encoder_keys_values, run_layers
+from pardec_fairseq.decoding.fast_layers import AmongNew, DecoderLayer, EncoderKeysValues, FastCache, run_layers
 from pardec_fairseq.decoding.proposals import Proposal
 from pardec_fairseq.models.draft_head import (DraftHead, DraftHeadModel, HeadLayer, draft_head_architecture,
                                               has_fairseq_output_layer, same_fingerprint, token_input_width,
@@ -70,12 +70,10 @@ class VerifierInputLayers:
         self.weights = CompiledLayers(layers).weights if compiles(layers) else None
 
     def operands(self, cache: FastCache, reach: int):
-        """What ``_read_tokens`` reads, the cache grown to ``reach`` columns."""
+        """What ``_read_tokens`` reads, the cache grown to ``reach`` columns: the verifier's whole cache, of
+        whose layers the first ``count`` run (as many as the weights hold)."""
         cache.reserve(reach)
-        keys, values, enc_keys, enc_values, padding, padded = cache.numpy_views()
-        n = self.count
-        return self.inputs.operands, (keys[:n], values[:n], enc_keys[:n], enc_values[:n], padding, padded), \
-            self.weights
+        return self.inputs.operands, cache.numpy_views(), self.weights
 
 
 def default_steps(block_size: int, refined: bool) -> int:
@@ -207,6 +205,7 @@ class DraftHeadDrafter(Drafter):
         self.block_size, self.final_norm = head.block_size, head.final_norm
         with torch.no_grad():
             self.layers = [relaid(layer, precision) for layer in head.layers]
+            self.encoder_keys_values = EncoderKeysValues(self.layers)
             self.memory = [Product.of(layer.memory_kv, precision=precision) for layer in head.layers]
             self.fuse, self.slot_embedding = Product.of(head.fuse, precision=precision), head.slot_embedding.detach()
             decoder = self.verifier.decoder
@@ -280,7 +279,7 @@ class DraftHeadDrafter(Drafter):
             if self.compiled_head is not None and self.compiled_head.input_layers is not None else None
         enc, padding = encoded
         rows, k, first = enc.size(0), self.block_size, self.layers[0]
-        enc_keys, enc_values = encoder_keys_values(self.layers, enc)
+        enc_keys, enc_values = self.encoder_keys_values(enc)
         # a pass writes up to steps * k + 1 states, and a proposal as many slots, from columns <= max_len
         buffers = enc.new_zeros(len(self.layers), 2, rows, first.heads, max_len + self.steps * k + 2, first.head_dim)
         enc_mask = None if padding is None else padding.view(rows, 1, 1, -1)
