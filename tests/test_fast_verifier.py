@@ -313,6 +313,26 @@ def test_the_encoder_keys_and_values_of_all_layers_in_one_call_equal_each_layers
             assert torch.equal(layer_keys, expected_keys) and torch.equal(layer_values, expected_values)
 
 
+def test_one_compiled_signature_serves_decoders_of_any_number_of_layers():
+    """The compiled calls read the layers' weights and the cache as arrays over the layers
+    (``stacked_products``, ``FastCache.numpy_views``), so a decoder with more layers runs the code numba
+    compiled for the first one (a tuple over the layers made each layer count a signature of its own, 10-20 s
+    to compile for a drafting call)."""
+    dictionary = make_dictionary(20)
+    batch = make_batch(dictionary, [[4, 5, 6], [7, 8]])
+    compiled = []
+    for layers in (1, 3):
+        verifier = build_transformer(dictionary, seed=layers, layers=layers)
+        expected = fairseq_beam_one([verifier], dictionary, batch, max_len_b=5)
+        actual, _ = plugin("greedy", [verifier], dictionary, batch, decoding=argparse.Namespace(verifier="fast"),
+                           max_len_b=5)
+        assert_same_hypotheses(expected, actual)
+        compiled.append({function.__name__: set(function.signatures)
+                         for function in (compiled_layers.pass_layers, compiled_layers.write_keys_values)})
+    assert all(compiled[0][name] for name in compiled[0]), "both calls ran"
+    assert compiled[1] == compiled[0]
+
+
 def test_an_encoder_the_fast_path_does_not_reproduce_runs_through_fairseq(caplog):
     """The decoder stays on the fast path; only the encoder runs through fairseq's module."""
     dictionary = make_dictionary(20)
