@@ -299,18 +299,19 @@ def test_a_source_past_the_sinusoidal_table_is_encoded_as_fairseq_encodes_it():
 
 
 @settings(max_examples=20, deadline=None)
-@given(seed=st.integers(0, 10_000), layers=st.integers(1, 3), rows=st.integers(1, 4), src=st.integers(1, 16))
+@given(seed=st.integers(0, 10_000), layers=st.integers(1, 3), rows=st.integers(1, 4), src=st.integers(1, 40))
 def test_the_encoder_keys_and_values_of_all_layers_in_one_call_equal_each_layers_own(seed, layers, rows, src):
-    """``encoder_keys_values``'s compiled call writes each layer's keys and values in attention's layout,
-    bit for bit what each layer's product and torch's reshaping give."""
+    """``EncoderKeysValues`` writes each layer's keys and values in attention's layout, bit for bit what
+    each layer's product and torch's reshaping give: in its compiled call, and in torch where the states
+    outnumber the kernel's rows."""
     model = build_transformer(make_dictionary(20), seed=seed, layers=layers, embed_dim=128, heads=2)
     enc = torch.randn(rows, src, 128, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         decoder_layers = FastDecoder(model.decoder).layers
-        keys, values = EncoderKeysValues(decoder_layers)(enc)
-        for layer, layer_keys, layer_values in zip(decoder_layers, keys, values):
-            expected_keys, expected_values = layer.encoder_keys_values(enc)
-            assert torch.equal(layer_keys, expected_keys) and torch.equal(layer_values, expected_values)
+        encoder_kv = EncoderKeysValues(decoder_layers)(enc)
+        assert encoder_kv.shape == (layers, 2, rows, 2, src, 64)
+        for layer, layer_kv in zip(decoder_layers, encoder_kv):
+            assert torch.equal(layer_kv, layer.encoder_keys_values(enc))
 
 
 def test_one_compiled_signature_serves_decoders_of_any_number_of_layers():

@@ -222,7 +222,7 @@ def test_the_compiled_path_move_is_the_vectorised_one(rows, n, data):
         kept = data.draw(st.lists(st.integers(1, n - 1), max_size=m - 1, unique=True)) if n > 1 else []
         path[row, 1:len(kept) + 1] = torch.tensor(sorted(kept), dtype=torch.long)
     buffers = torch.randn(2, 2, rows, 3, 4 + n, 5, generator=torch.Generator().manual_seed(n))
-    compiled, vectorised = (FastCache(buffers.clone(), [], [], None, None, None) for _ in range(2))
+    compiled, vectorised = (FastCache(buffers.clone(), None, None, None, None) for _ in range(2))
     compiled.keep_path(valid, path)
     vectorised.keep_path_vectorised(valid, path)
     assert torch.equal(compiled.buffers, vectorised.buffers)

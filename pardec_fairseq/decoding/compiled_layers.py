@@ -277,7 +277,7 @@ def pass_layers(x, first, cache_rows, sees, chain, cache_views, layer_weights):
     function called from another one on its own too, and then again inside its caller, so each drafter's
     signature paid for these layers twice (8 s a signature on the Zen 3 VM); inlining takes the two tuples
     whole, as numba inlines no ``*args``."""
-    buffers, enc_keys, enc_values, enc_padding, padded = cache_views
+    buffers, encoder_kv, enc_padding, padded = cache_views
     products, biases, widths, norms, eps, heads, normalize_before, cross_attention, activation = layer_weights
     rows, n, d = x.shape
     flat = x.reshape((rows * n, d))
@@ -293,7 +293,8 @@ def pass_layers(x, first, cache_rows, sees, chain, cache_views, layer_weights):
         if cross_attention:
             h = norm_rows(flat, norm[0, 1], norm[1, 1], epsilon[1]) if normalize_before else flat
             q = vector_kernels.product(h, products[2][layer], biases[2][layer], width[2]).reshape((rows, n, d))
-            attended = _cross_attend_rows(q, enc_keys[layer], enc_values[layer], enc_padding, padded, cache_rows, heads)
+            attended = _cross_attend_rows(q, encoder_kv[layer, 0], encoder_kv[layer, 1], enc_padding, padded, cache_rows,
+                                          heads)
             flat = flat + vector_kernels.product(attended.reshape((rows * n, d)), products[3][layer],
                                                  biases[3][layer], width[3])
             if not normalize_before:

@@ -91,7 +91,7 @@ class FastEncoder:
         rows, src, _ = x.shape
         # every token sees every unpadded one: keys and values go to a buffer of one column per token
         buffers = x.new_empty(len(self.layers), 2, rows, self.heads, src, self.head_dim)
-        cache = FastCache(buffers, [None] * len(self.layers), [None] * len(self.layers), None, None, None)
+        cache = FastCache(buffers, None, None, None, None)
         sees = AmongNew((~padding).unsqueeze(1).expand(rows, src, src).contiguous())
         x = run_layers(self.layers, self.compiled, cache, x, padding.new_zeros(rows, dtype=torch.long), sees)
         if encoder.layer_norm is not None:
@@ -119,7 +119,7 @@ class FastEncoder:
         if padded:
             x *= kept.reshape(-1, 1)
         buffers = torch.empty(len(self.layers), 2, rows, self.heads, src, self.head_dim)
-        cache = FastCache(buffers, [None] * len(self.layers), [None] * len(self.layers), None, None, None)
+        cache = FastCache(buffers, None, None, None, None)
         sees = np.ascontiguousarray(np.broadcast_to(kept.reshape(rows, 1, src), (rows, src, src)))
         x = self.compiled.layers(cache, x.reshape(rows, src, -1), np.zeros(rows, dtype=np.int64),
                                  AmongNew(torch.from_numpy(sees))).reshape(rows * src, -1)

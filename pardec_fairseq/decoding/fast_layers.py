@@ -7,7 +7,7 @@ every other one (``AmongNew``). On a CPU the layers of a pass run as one compile
 (``compiled_layers``), elsewhere as torch operations (``DecoderLayer.forward``).
 """
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import numba
 import numpy as np
@@ -61,11 +61,10 @@ class DecoderLayer:
                    product(layer.fc1), product(layer.fc2), layer.activation_fn,
                    Norm(layer.final_layer_norm, before), encoder)
 
-    def encoder_keys_values(self, enc: Tensor):
-        """``enc`` ``[rows, src, d]`` -> keys and values ``[rows, heads, src, head_dim]``."""
+    def encoder_keys_values(self, enc: Tensor) -> Tensor:
+        """``enc`` ``[rows, src, d]`` -> keys and values ``[2, rows, heads, src, head_dim]`` (a view)."""
         kv = self.enc_kv(enc)
-        kv = kv.view(kv.size(0), kv.size(1), 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        return kv[0].contiguous(), kv[1].contiguous()
+        return kv.view(kv.size(0), kv.size(1), 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
 
     def forward(self, x: Tensor, keys: Tensor, values: Tensor, write: "_Write", enc_keys, enc_values, enc_mask):
         rows, n, _ = x.shape
@@ -86,8 +85,9 @@ class DecoderLayer:
 
 
 class EncoderKeysValues:
-    """Each layer's encoder-attention keys and values ``[rows, heads, src, head_dim]`` of encoder states
-    ``enc`` ``[rows, src, d]``; on the vector kernel in one compiled call (three torch operations a layer
+    """The layers' encoder-attention keys and values ``[layers, 2 (keys, values), rows, heads, src, head_dim]``
+    of encoder states ``enc`` ``[rows, src, d]``, in one buffer as the cache holds them; on the vector
+    kernel in one compiled call (three torch operations a layer
     around its product took 0.05 ms a layer on the Zen 3 VM), where ``Product`` would run each layer's on
     the kernel too, the layers' products stacked once (``stacked_products``)."""
 
@@ -97,15 +97,14 @@ class EncoderKeysValues:
                     for layer in layers)
         self.stacked = stacked_products([layer.enc_kv for layer in layers]) if alike and layers else None
 
-    def __call__(self, enc: Tensor) -> Tuple[List[Tensor], List[Tensor]]:
+    def __call__(self, enc: Tensor) -> Tensor:
         rows, src = enc.shape[:2]
         if self.stacked is not None and rows * src <= Product.KERNEL_ROWS:
             first = self.layers[0]
             buffers = enc.new_empty(len(self.layers), 2, rows, first.heads, src, first.head_dim)
             write_keys_values(enc.contiguous().numpy(), np.zeros(rows, dtype=np.int64), self.stacked, buffers.numpy())
-            return [part[0] for part in buffers], [part[1] for part in buffers]
-        keys, values = zip(*(layer.encoder_keys_values(enc) for layer in self.layers))
-        return list(keys), list(values)
+            return buffers
+        return torch.stack([layer.encoder_keys_values(enc) for layer in self.layers])
 
 
 @dataclass
@@ -159,8 +158,8 @@ def run_layers(layers: List[DecoderLayer], compiled: Optional[CompiledLayers], c
     cache.reserve(write.columns)
     own = cache if rows is None else cache.of_rows(rows)
     for i, layer in enumerate(layers):
-        x = layer.forward(x, own.buffers[i, 0], own.buffers[i, 1], write, own.enc_keys[i], own.enc_values[i],
-                          own.enc_mask)
+        enc_keys, enc_values = (None, None) if own.encoder_kv is None else own.encoder_kv[i]
+        x = layer.forward(x, own.buffers[i, 0], own.buffers[i, 1], write, enc_keys, enc_values, own.enc_mask)
     if rows is not None:  # the new columns go back (the rest of each copied row is unchanged)
         low = int(first_index.min())
         cache.buffers[:, :, rows, :, low:write.columns] = own.buffers[:, :, :, :, low:write.columns]
@@ -172,8 +171,9 @@ class FastCache:
     """The fast path's state for the rows of a batch still decoding."""
 
     buffers: Tensor  # [layers, 2 (keys, values), rows, heads, capacity, head_dim]
-    enc_keys: List[Optional[Tensor]]  # per layer [rows, heads, src, head_dim]
-    enc_values: List[Optional[Tensor]]
+    # [layers, 2 (keys, values), rows, heads, src, head_dim] of the layers' encoder attention (EncoderKeysValues);
+    # None without it
+    encoder_kv: Optional[Tensor]
     enc_mask: Optional[Tensor]  # [rows, 1, 1, src]: True at source padding
     enc: Optional[Tensor]  # [rows, src, d]: the encoder states (for drafters that read them)
     enc_padding: Optional[Tensor]  # [rows, src]
@@ -182,16 +182,17 @@ class FastCache:
     views: Optional[tuple] = None
 
     def numpy_views(self):
-        """The buffers as the compiled layers read them: ``(buffers, encoder keys, encoder values)``, the
-        buffers' numpy view ``[layers, 2, rows, heads, capacity, head_dim]`` and the encoder's keys and values
-        stacked ``[layers, rows, heads, src, head_dim]`` (empty without encoder attention), then the source
-        padding ``[rows, src]`` and whether any is padded. Arrays over the layers, not tuples of them, so
-        that a compiled call's signature does not depend on how many layers a model has: numba compiled
-        each drafter once per layer count (a drafting call's signature takes 10-20 s to compile)."""
+        """The buffers as the compiled layers read them: ``(buffers, encoder_kv, padding, padded)``, the numpy
+        views of ``buffers`` and ``encoder_kv`` (empty without encoder attention), the source padding ``[rows,
+        src]`` and whether any is padded. Arrays over the layers, not tuples of them, so that a compiled call's
+        signature does not depend on how many layers a model has: numba compiled each drafter once per layer
+        count (a drafting call's signature takes 10-20 s to compile)."""
         if self.views is None:
             padded = self.enc_mask is not None
             padding = self.enc_mask[:, 0, 0].numpy() if padded else np.zeros((0, 0), dtype=np.bool_)
-            self.views = (self.buffers.numpy(), _stacked(self.enc_keys), _stacked(self.enc_values), padding, padded)
+            encoder_kv = np.zeros((0, 2, 0, 0, 0, 0), dtype=np.float32) if self.encoder_kv is None else \
+                self.encoder_kv.numpy()
+            self.views = (self.buffers.numpy(), encoder_kv, padding, padded)
         return self.views
 
     def reserve(self, columns: int):
@@ -223,26 +224,19 @@ class FastCache:
 
     def of_rows(self, rows: Tensor) -> "FastCache":
         """A copy of ``rows`` (indices into the batch)."""
-        copy = FastCache(self.buffers, self.enc_keys, self.enc_values, self.enc_mask, self.enc, self.enc_padding)
+        copy = FastCache(self.buffers, self.encoder_kv, self.enc_mask, self.enc, self.enc_padding)
         copy.keep_rows(rows)
         return copy
 
     def keep_rows(self, rows: Tensor):
         self.views = None
         self.buffers = self.buffers[:, :, rows]
-        self.enc_keys = [None if k is None else k[rows] for k in self.enc_keys]
-        self.enc_values = [None if v is None else v[rows] for v in self.enc_values]
+        if self.encoder_kv is not None:
+            self.encoder_kv = self.encoder_kv[:, :, rows]
         if self.enc_mask is not None:
             self.enc_mask, self.enc_padding = self.enc_mask[rows], self.enc_padding[rows]
         if self.enc is not None:
             self.enc = self.enc[rows]
-
-
-def _stacked(per_layer: List[Optional[Tensor]]) -> np.ndarray:
-    """Per-layer encoder keys or values ``[rows, heads, src, head_dim]`` as one numpy array (empty for none)."""
-    if any(part is None for part in per_layer):
-        return np.zeros((0, 0, 0, 0, 0), dtype=np.float32)
-    return np.stack([part.numpy() for part in per_layer])
 
 
 @numba.njit(cache=True, nogil=True)

@@ -86,24 +86,20 @@ class FastDecoder:
         if not self.own_output_layer:
             self.output = Product.of(decoder.output_projection)
         self.compiled = CompiledPass(self) if compiles(self) else None
-        self.attending = [i for i, layer in enumerate(self.layers) if layer.encoder_attention]
-        self.encoder_keys_values = EncoderKeysValues([self.layers[i] for i in self.attending])
+        # fairseq builds a decoder's layers alike: each attends to the encoder, or none does
+        self.encoder_keys_values = EncoderKeysValues(self.layers) if self.layers[0].encoder_attention else None
 
     def start(self, enc: Optional[Tensor], enc_padding: Optional[Tensor], rows: int, capacity: int) -> "FastCache":
         """An empty cache over the encoder states ``enc`` ``[rows, src, d]`` (``None`` without an
         encoder) and their padding ``[rows, src]`` (``None`` without any)."""
-        enc_keys, enc_values = [None] * len(self.layers), [None] * len(self.layers)
-        if enc is not None and self.attending:
-            keys, values = self.encoder_keys_values(enc)
-            for i, layer_keys, layer_values in zip(self.attending, keys, values):
-                enc_keys[i], enc_values[i] = layer_keys, layer_values
+        encoder_kv = None if enc is None or self.encoder_keys_values is None else self.encoder_keys_values(enc)
         enc_mask = None if enc_padding is None else enc_padding.view(rows, 1, 1, -1)
         # the compiled layers read no column before a pass wrote it, so their buffers need no zeroing
         # (a batch's 6 MB of zeros took a millisecond); torch's attention multiplies every column
         allocate = self.layers[0].qkv.weight.new_empty if self.compiled is not None else \
             self.layers[0].qkv.weight.new_zeros
         buffers = allocate(len(self.layers), 2, rows, self.heads, capacity, self.head_dim)
-        return FastCache(buffers, enc_keys, enc_values, enc_mask, enc, enc_padding)
+        return FastCache(buffers, encoder_kv, enc_mask, enc, enc_padding)
 
     def features(self, cache: "FastCache", tokens: Tensor, positions: Optional[Tensor], first_index: Tensor,
                  tree: Optional[DraftTree] = None, rows: Optional[Tensor] = None):

@@ -279,11 +279,10 @@ class DraftHeadDrafter(Drafter):
             if self.compiled_head is not None and self.compiled_head.input_layers is not None else None
         enc, padding = encoded
         rows, k, first = enc.size(0), self.block_size, self.layers[0]
-        enc_keys, enc_values = self.encoder_keys_values(enc)
         # a pass writes up to steps * k + 1 states, and a proposal as many slots, from columns <= max_len
         buffers = enc.new_zeros(len(self.layers), 2, rows, first.heads, max_len + self.steps * k + 2, first.head_dim)
         enc_mask = None if padding is None else padding.view(rows, 1, 1, -1)
-        self.cache = FastCache(buffers, enc_keys, enc_values, enc_mask, enc, padding)
+        self.cache = FastCache(buffers, self.encoder_keys_values(enc), enc_mask, enc, padding)
         if self.shortlist is not None:
             self.output_layer.select(self.shortlist.words(net_input["src_tokens"]))
         self.last_state = enc.new_zeros(rows, self.slot_embedding.size(1))
