@@ -86,10 +86,10 @@ class DecoderLayer:
 
 class EncoderKeysValues:
     """The layers' encoder-attention keys and values ``[layers, 2 (keys, values), rows, heads, src, head_dim]``
-    of encoder states ``enc`` ``[rows, src, d]``, in one buffer as the cache holds them; on the vector
-    kernel in one compiled call (three torch operations a layer
-    around its product took 0.05 ms a layer on the Zen 3 VM), where ``Product`` would run each layer's on
-    the kernel too, the layers' products stacked once (``stacked_products``)."""
+    of encoder states ``enc`` ``[rows, src, d]``, in one buffer as the cache holds them; on the vector kernel
+    in one compiled call (three torch operations a layer around its product took 0.05 ms a layer on the Zen 3
+    VM), where ``Product`` would run each layer's on the kernel too, the layers' products stacked once
+    (``stacked_products``)."""
 
     def __init__(self, layers: List[DecoderLayer]):
         self.layers = layers
