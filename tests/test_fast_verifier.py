@@ -179,12 +179,16 @@ class ScaledEmbedding(torch.nn.Module):
 @pytest.mark.parametrize("option, value, flag", [
     ("scale_attn", True, "--scale-attn"), ("scale_fc", True, "--scale-fc"), ("scale_heads", True, "--scale-heads"),
     ("scale_resids", True, "--scale-resids"), ("quant_noise_pq", 0.1, "quant-noise"),
-    ("embed_tokens", ScaledEmbedding, "ScaledEmbedding token embeddings")])
+    ("embed_tokens", ScaledEmbedding, "ScaledEmbedding token embeddings"),
+    ("encoder_attn", None, "decoder layers of which only some attend to the encoder")])
 def test_options_the_fast_path_does_not_reproduce_decode_on_the_fairseq_path(option, value, flag, caplog):
     dictionary = make_dictionary(20)
     if option == "embed_tokens":
         model = build_transformer(dictionary, seed=4, eos_bias=1.0, share_all_embeddings=False)
         model.decoder.embed_tokens = value(model.decoder.embed_tokens)
+    elif option == "encoder_attn":  # a decoder whose second layer does without (fairseq's layer skips it)
+        model = build_transformer(dictionary, seed=4, eos_bias=1.0, layers=2)
+        model.decoder.layers[1].encoder_attn = value
     else:
         model = build_transformer(dictionary, seed=4, eos_bias=1.0, **{option: value})
     collated = make_batch(dictionary, [[4, 5, 6], [7, 8]])

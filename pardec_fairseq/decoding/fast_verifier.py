@@ -46,6 +46,8 @@ def fast_path_obstacle(decoder) -> Optional[str]:
         return "quant-noise"
     if decoder.dropout_module.apply_during_inference:
         return "--retain-dropout"
+    if len({layer.encoder_attn is None for layer in decoder.layers}) > 1:  # the cache holds every layer's or none
+        return "decoder layers of which only some attend to the encoder"
     for layer in decoder.layers:
         if layer.cross_self_attention:
             return "--cross-self-attention"
@@ -86,7 +88,7 @@ class FastDecoder:
         if not self.own_output_layer:
             self.output = Product.of(decoder.output_projection)
         self.compiled = CompiledPass(self) if compiles(self) else None
-        # fairseq builds a decoder's layers alike: each attends to the encoder, or none does
+        # each layer attends to the encoder, or none does (``fast_path_obstacle``)
         self.encoder_keys_values = EncoderKeysValues(self.layers) if self.layers[0].encoder_attention else None
 
     def start(self, enc: Optional[Tensor], enc_padding: Optional[Tensor], rows: int, capacity: int) -> "FastCache":
