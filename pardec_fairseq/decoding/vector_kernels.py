@@ -414,12 +414,18 @@ def panel_into(x, panels, p, bias, out, c0):
 # 30 and 17 in int8, one of a (256, 256) weight (2^16) 4.5 and 4.6 in float32, 10.2 and 7.2 in int8
 PARALLEL_WORK = 1 << 16
 # the same for byte products (``pack_bytes``), which do four times the multiply-adds a float32 one does
-# per instruction and read a quarter of the bytes: sharing costs more than it saves below a weight of
-# 2^20 bytes. On a Zen 3 VM (2 threads, weights in cache) one row of a (256, 256), (512, 256) and
-# (1024, 256) byte weight took 6.9, 7.4 and 8.9 us shared and 2.0, 2.1 and 4.2 on one thread, (256, 1024)
-# 5.3 and 4.9; (256, 4096) 16.6 and 21.7. The draft head's three drafting calls a pass (hot, a one-row
-# chain and a leaf) took 186-236 us against 275-340 with its products shared from 2^16.
-PARALLEL_BYTE_WORK = 1 << 20
+# per instruction and read a quarter of the bytes. Alone and hot, sharing costs more than it saves below
+# a weight of 2^20 bytes: on a Zen 3 VM (2 threads) one row of a (256, 256), (512, 256) and (1024, 256)
+# byte weight took 6.9, 7.4 and 8.9 us shared and 2.0, 2.1 and 4.2 on one thread, (256, 1024) 5.3 and 4.9;
+# (256, 4096) 16.6 and 21.7. But a drafter's products come one after another, and their weights together
+# (the draft head's: 2.0 MB with the verifier layer it reads through) fill a core's L2 (2 MB on the
+# Intel Xeon VM), so on one core each step fetches them again from further out. From 2^17 (the products
+# of a 256-wide layer's q/k/v, fc1, fc2 and the draft projection) each core keeps half of them: on that VM
+# (2026-12-04, first 200 LibreOffice sentences, three alternating processes each) the head's drafting
+# call in the loop took 457-503 us against 509-561 and `gad` ran 1.36-1.40x plugin greedy against
+# 1.31-1.33x; from 2^16, 482 us and 1.35x. On the Zen 3 VM (512 KB of L2) 2^17 gave 1.34-1.42x against
+# 1.34-1.38x (stop 90).
+PARALLEL_BYTE_WORK = 1 << 17
 
 
 def parallel_work(panels):
