@@ -1,4 +1,4 @@
-"""Probe: log ChainLength's best length, step cost and the window's per-length medians every 50 sentences."""
+"""Stop 91 probe of a reverted ChainLength (its passes timed in a deque of (length, seconds)): log ChainLength's best length, step cost and the window's per-length medians every 50 sentences."""
 import numpy as np
 from pardec_fairseq.decoding.drafters import chain_length
 original = chain_length.ChainLength.next_chain
