@@ -2,7 +2,7 @@
 import collections, statistics, sys, time
 import torch
 sys.path.insert(0, "results/libreoffice_en_de_zen3_stop86")
-from headcall import setup, GAD
+from headcall import setup, turns, warm_up, GAD
 from pardec_fairseq.decoding.drafters import compiled_head
 
 ALGORITHMS = ["greedy", f"{GAD},draft-head-steps=1", f"{GAD},draft-head-steps=2", f"{GAD},draft-head-steps=3", GAD]
@@ -23,16 +23,12 @@ def wrapper(*args):
     return out
 compiled_head._remember_and_draft = wrapper
 with torch.no_grad():
-    for batch in batches[:5]:
-        for run in runs:
-            run.generator.generate(models, batch)
+    warm_up(runs, models, batches)
     loop.clear(); hot.clear()
-    for round_ in range(2):
-        for batch in batches:
-            for run in (runs if round_ % 2 == 0 else runs[::-1]):
-                current[0], began = run.name, time.perf_counter()
-                run.generator.generate(models, batch)
-                wall[run.name] += time.perf_counter() - began
+    for run, batch in turns(runs, batches):
+        current[0], began = run.name, time.perf_counter()
+        run.generator.generate(models, batch)
+        wall[run.name] += time.perf_counter() - began
 for run in runs:
     line = f"{run.name[-30:]:30s} vs greedy {wall[runs[0].name] / wall[run.name]:.2f}x"
     if loop[run.name]:

@@ -5,20 +5,16 @@ import collections, sys, time
 import numpy as np
 import torch
 sys.path.insert(0, "results/libreoffice_en_de_zen3_stop86")
-from headcall import setup, GAD
+from headcall import setup, turns, warm_up, GAD
 
 runs, models, batches = setup(int(sys.argv[1]), ["greedy", GAD])
 points = collections.defaultdict(list)
 with torch.no_grad():
-    for batch in batches[:5]:
-        for run in runs:
-            run.generator.generate(models, batch)
-    for round_ in range(2):
-        for batch in batches:
-            for run in (runs if round_ % 2 == 0 else runs[::-1]):
-                began = time.perf_counter()
-                run.generator.generate(models, batch)
-                points[run.name].append((run.generator.counter.sentences[0][0], time.perf_counter() - began))
+    warm_up(runs, models, batches)
+    for run, batch in turns(runs, batches):
+        began = time.perf_counter()
+        run.generator.generate(models, batch)
+        points[run.name].append((run.generator.counter.sentences[0][0], time.perf_counter() - began))
 for run in runs:
     passes, seconds = np.array(points[run.name]).T
     slope, intercept = np.polyfit(passes, seconds, 1)

@@ -32,6 +32,21 @@ def setup(sentences, algorithms):
     return [run for run in build_runs(task, models, args) if run.plugin], models, batches
 
 
+def warm_up(runs, models, batches):
+    """Each generator over the first 5 batches, untimed (numba's compiled calls loaded, caches filled)."""
+    for batch in batches[:5]:
+        for run in runs:
+            run.generator.generate(models, batch)
+
+
+def turns(runs, batches):
+    """``(run, batch)`` for two rounds over the batches, every generator decoding each batch in turn, in
+    reverse order in the second round, so that no generator always follows the same one."""
+    for round_ in range(2):
+        for batch in batches:
+            for run in (runs if round_ % 2 == 0 else runs[::-1]):
+                yield run, batch
+
 def main(sentences):
     runs, models, batches = setup(sentences, ALGORITHMS)
     current, times, wall = [None], collections.defaultdict(list), collections.defaultdict(float)
@@ -49,15 +64,11 @@ def main(sentences):
     timed(self_draft, "_draft_chain", "compiled call")
     timed(CompiledHead, "draft", "with its Python")
     with torch.no_grad():
-        for batch in batches[:5]:
-            for run in runs:
-                run.generator.generate(models, batch)
-        for round_ in range(2):
-            for batch in batches:
-                for run in (runs if round_ % 2 == 0 else runs[::-1]):
-                    current[0], began = run.name, time.perf_counter()
-                    run.generator.generate(models, batch)
-                    wall[run.name] += time.perf_counter() - began
+        warm_up(runs, models, batches)
+        for run, batch in turns(runs, batches):
+            current[0], began = run.name, time.perf_counter()
+            run.generator.generate(models, batch)
+            wall[run.name] += time.perf_counter() - began
     for run in runs:
         line = f"{run.name[:60]:60s} vs greedy {wall[runs[0].name] / wall[run.name]:.2f}x"
         for part in ("compiled call", "with its Python"):
